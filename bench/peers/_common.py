@@ -1,0 +1,255 @@
+"""Shared plumbing for the Python peer adapters (standard library only).
+
+Every adapter is run as ``python bench/peers/<peer>.py <role> [options]`` inside that
+peer's own virtualenv, so this module must not import anything outside the standard
+library. It owns the adapter side of the harness protocol:
+
+* Lines that start with ``@@bench `` on stdout carry one JSON object each; everything
+  else on stdout/stderr (library logging) is ignored by the harness.
+* ``worker`` prints ``{"ready": true}`` once its objects are built and it is about to
+  start consuming, then ``{"result": {...}}`` when it stops.
+* ``enqueue`` and ``latency`` print only ``{"result": {...}}``.
+* An adapter that cannot do a role prints ``{"unsupported": "why"}`` and exits 0.
+
+Timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC on Linux), which is shared
+between processes on one machine, so the harness can subtract a producer's enqueue time
+from a worker's processor-start time. Node's ``process.hrtime.bigint()`` reads the same
+clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+PREFIX = "@@bench "
+JOB_NAME = "noop"
+GRACE_S = 0.3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the common adapter command line."""
+    p = argparse.ArgumentParser()
+    p.add_argument("role", choices=["enqueue", "worker", "latency", "version"])
+    p.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--queue", default="bench")
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--mode", choices=["seq", "bulk"], default="seq")
+    p.add_argument("--batch", type=int, default=1000, help="jobs per bulk call")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=300.0, help="worker gives up after this")
+    p.add_argument("--budget", type=float, default=60.0, help="latency: max seconds of sampling")
+    p.add_argument("--gap", type=float, default=0.005, help="latency: pause between samples")
+    p.add_argument("--latency", action="store_true", help="worker: idle-latency mode")
+    p.add_argument("--uvloop", action="store_true")
+    return p.parse_args(argv)
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Write one protocol line to stdout."""
+    sys.stdout.write(PREFIX + json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def emit_ready() -> None:
+    emit({"ready": True})
+
+
+def emit_result(result: dict[str, Any]) -> None:
+    emit({"result": result})
+
+
+def unsupported(why: str) -> None:
+    emit({"unsupported": why})
+
+
+def now_ns() -> int:
+    return time.monotonic_ns()
+
+
+def cpu_seconds() -> float:
+    """CPU (user + system) used by this process, its threads and reaped children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def watch_stdin(on_eof: Callable[[], None]) -> None:
+    """Call ``on_eof`` (from a daemon thread) when the harness closes our stdin."""
+
+    def run() -> None:
+        try:
+            while sys.stdin.readline():
+                pass
+        finally:
+            on_eof()
+
+    threading.Thread(target=run, name="bench-stdin", daemon=True).start()
+
+
+class Tracker:
+    """Records which ``i`` values the processor ran, and when.
+
+    Thread-safe, so it serves asyncio processors and thread-pool processors alike.
+    ``on_complete`` fires once, from the recording thread, when ``expected`` distinct
+    values have been seen.
+    """
+
+    def __init__(self, expected: int, on_complete: Callable[[], None] | None = None) -> None:
+        self.expected = expected
+        self.on_complete = on_complete
+        self.starts: dict[int, int] = {}
+        self.executions = 0
+        self.duplicates: list[int] = []
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self._lock = threading.Lock()
+        self._fired = False
+
+    def record(self, i: int, t_ns: int | None = None) -> None:
+        t = now_ns() if t_ns is None else t_ns
+        fire = False
+        with self._lock:
+            self.executions += 1
+            if i in self.starts:
+                self.duplicates.append(i)
+            else:
+                self.starts[i] = t
+            if self.first_ns is None or t < self.first_ns:
+                self.first_ns = t
+            if self.last_ns is None or t > self.last_ns:
+                self.last_ns = t
+            if not self._fired and len(self.starts) >= self.expected:
+                self._fired = fire = True
+        if fire and self.on_complete is not None:
+            self.on_complete()
+
+    def summary(self, *, ready_ns: int, stop_ns: int, cpu_s: float, with_starts: bool) -> dict[str, Any]:
+        """The worker's result object (see ``bench/run.py`` for the fields)."""
+        missing = [i for i in range(self.expected) if i not in self.starts]
+        out: dict[str, Any] = {
+            "expected": self.expected,
+            "executions": self.executions,
+            "distinct": len(self.starts),
+            "duplicates": sorted(set(self.duplicates))[:20],
+            "duplicate_count": len(self.duplicates),
+            "missing": missing[:20],
+            "missing_count": len(missing),
+            "unexpected": sorted(i for i in self.starts if not 0 <= i < self.expected)[:20],
+            "ready_ns": ready_ns,
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "stop_ns": stop_ns,
+            "cpu_s": cpu_s,
+        }
+        if with_starts:
+            out["starts"] = {str(k): v for k, v in self.starts.items()}
+        return out
+
+
+def run_latency_sync(
+    n: int, budget: float, gap: float, send_and_wait: Callable[[int], bool]
+) -> dict[str, Any]:
+    """Drive ``n`` one-at-a-time samples; ``send_and_wait(i)`` returns True once it saw the
+    result (False if the library offers no way to wait, or the wait timed out)."""
+    samples = []
+    deadline = time.monotonic() + budget
+    for i in range(n):
+        if time.monotonic() > deadline:
+            break
+        t0 = now_ns()
+        seen = send_and_wait(i)
+        t1 = now_ns()
+        samples.append([i, t0, t1 if seen else None])
+        time.sleep(gap)
+    return {"samples": samples}
+
+
+async def run_latency_async(n: int, budget: float, gap: float, send_and_wait: Any) -> dict[str, Any]:
+    """Async twin of :func:`run_latency_sync`; ``send_and_wait`` is a coroutine function."""
+    import asyncio
+
+    samples = []
+    deadline = time.monotonic() + budget
+    for i in range(n):
+        if time.monotonic() > deadline:
+            break
+        t0 = now_ns()
+        seen = await send_and_wait(i)
+        t1 = now_ns()
+        samples.append([i, t0, t1 if seen else None])
+        await asyncio.sleep(gap)
+    return {"samples": samples}
+
+
+def timed_enqueue_result(n: int, started_ns: int, ended_ns: int) -> dict[str, Any]:
+    return {"n": n, "seconds": (ended_ns - started_ns) / 1e9}
+
+
+def run_main(main: Callable[[], Any], use_uvloop: bool) -> Any:
+    """Run the coroutine function ``main`` on asyncio's loop, or uvloop's if asked."""
+    if use_uvloop:
+        import uvloop  # imported lazily: only the echomq venv has it
+
+        return uvloop.run(main())
+    import asyncio
+
+    return asyncio.run(main())
+
+
+def async_tracker(args: argparse.Namespace, done: Any) -> Tracker:
+    """A Tracker for an asyncio worker; in drain mode it sets ``done`` when all jobs ran."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    if args.latency:
+        return Tracker(args.n)
+    return Tracker(args.n, lambda: loop.call_soon_threadsafe(done.set))
+
+
+async def drive_async_worker(
+    args: argparse.Namespace,
+    tracker: Tracker,
+    start: Callable[[], Any],
+    stop: Callable[[], Any],
+    done: Any,
+) -> None:
+    """Common life cycle of an asyncio worker adapter.
+
+    ``start``/``stop`` are coroutine functions that start consuming and shut the worker
+    down; ``done`` is the ``asyncio.Event`` the tracker's ``on_complete`` sets (through
+    ``call_soon_threadsafe``). With ``--latency`` the worker keeps
+    running until the harness closes stdin; in drain mode it stops once every job ran.
+    """
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    watch_stdin(lambda: loop.call_soon_threadsafe(done.set))
+    cpu0 = cpu_seconds()
+    ready = now_ns()
+    emit_ready()
+    await start()
+    try:
+        await asyncio.wait_for(done.wait(), args.timeout)
+    except asyncio.TimeoutError:
+        print(f"worker timed out after {args.timeout}s", file=sys.stderr)
+    stop_ns = now_ns()
+    cpu = cpu_seconds() - cpu0
+    await asyncio.sleep(GRACE_S)  # let a duplicate delivery show up before we stop
+    await stop()
+    emit_result(tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency))
+
+
+def chunks(n: int, size: int) -> list[range]:
+    return [range(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,224 @@
+"""The exceptions echomq raises, and the table that maps script return codes to them.
+
+Tree::
+
+    EchoMQError
+    ├── ValidationError (also ValueError)        bad input, refused before anything is written
+    │   ├── InvalidQueueNameError
+    │   ├── InvalidJobIdError
+    │   ├── InvalidOptionError
+    │   └── PayloadError                          not JSON-serialisable, or over size_limit
+    ├── ConnectionNotOpenError                    a job or queue used after its connection closed
+    ├── ScriptError                               a script refused a state change (has .code)
+    │   ├── JobNotFoundError          (-1)
+    │   ├── LockError
+    │   │   ├── LockMissingError      (-2)
+    │   │   └── LockMismatchError     (-6)
+    │   ├── JobNotInStateError        (-3)
+    │   ├── PendingChildrenError      (-4)
+    │   ├── ParentNotFoundError       (-5)
+    │   ├── ParentCannotBeReplacedError (-7)
+    │   ├── JobBelongsToSchedulerError (-8)
+    │   └── FailedChildrenError       (-9)
+    ├── QueueNotPausedError                       obliterate on a running queue
+    ├── ActiveJobsError                           obliterate with active jobs and no force
+    ├── JobLockedError                            remove() of a job a worker holds
+    ├── JobFailedError                            wait_until_finished() on a job that failed
+    ├── EmbeddedRedisError                        no redis-server binary could be started
+    └── ProcessorSignal                           raised *by processors* to steer the worker
+        ├── UnrecoverableError                    fail now, no retry
+        ├── DelayedError                          job was moved to delayed by the processor
+        ├── WaitingChildrenError                  job was moved to waiting-children
+        └── RateLimitError                        put the job back and pause fetching
+
+``ProcessorSignal`` subclasses are not failures of echomq: a processor raises them on purpose.
+"""
+
+from __future__ import annotations
+
+from .protocol import codes
+
+
+class EchoMQError(Exception):
+    """Root of every exception raised by echomq."""
+
+
+class ValidationError(EchoMQError, ValueError):
+    """Input was refused before anything was written to Redis."""
+
+
+class InvalidQueueNameError(ValidationError):
+    """The queue name (or prefix) cannot be used."""
+
+
+class InvalidJobIdError(ValidationError):
+    """A custom job id cannot be used."""
+
+
+class InvalidOptionError(ValidationError):
+    """A job or worker option has a value outside what is allowed."""
+
+
+class PayloadError(ValidationError):
+    """Job data is not JSON-serialisable or is larger than ``size_limit``."""
+
+
+class ConnectionNotOpenError(EchoMQError):
+    """The connection an object was bound to has been closed."""
+
+
+class ScriptError(EchoMQError):
+    """A protocol script refused a state change.
+
+    Attributes:
+        code: the script's negative return code.
+        job_id: the job concerned, when known.
+        command: the operation that was refused.
+    """
+
+    def __init__(self, message: str, *, code: int, job_id: str | None, command: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.job_id = job_id
+        self.command = command
+
+
+class JobNotFoundError(ScriptError):
+    """The job's hash does not exist (it was removed, or never existed)."""
+
+
+class LockError(ScriptError):
+    """The job's lock is not held by the caller."""
+
+
+class LockMissingError(LockError):
+    """The job's lock expired; the stalled checker will recover the job."""
+
+
+class LockMismatchError(LockError):
+    """Another worker holds the job's lock."""
+
+
+class JobNotInStateError(ScriptError):
+    """The job is not in the state the operation needs."""
+
+
+class PendingChildrenError(ScriptError):
+    """The job still has children that have not finished."""
+
+
+class ParentNotFoundError(ScriptError):
+    """The parent named for a child job does not exist."""
+
+
+class ParentCannotBeReplacedError(ScriptError):
+    """A job with that custom id exists and belongs to another live parent."""
+
+
+class JobBelongsToSchedulerError(ScriptError):
+    """The job is the current iteration of a job scheduler; remove the scheduler instead."""
+
+
+class FailedChildrenError(ScriptError):
+    """The job has children that failed."""
+
+
+class QueueNotPausedError(EchoMQError):
+    """obliterate() needs the queue to be paused first."""
+
+
+class ActiveJobsError(EchoMQError):
+    """obliterate() found active jobs; pass ``force=True`` to remove them anyway."""
+
+
+class JobLockedError(EchoMQError):
+    """The job (or one of its children) is locked by a worker and was not removed."""
+
+
+class JobFailedError(EchoMQError):
+    """The job ended in the failed state.
+
+    Attributes:
+        job_id: the job.
+        reason: its ``failedReason``.
+    """
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+class EmbeddedRedisError(EchoMQError):
+    """No embedded redis-server could be found or started."""
+
+
+class ProcessorSignal(EchoMQError):
+    """Base of the exceptions a processor raises on purpose to steer the worker."""
+
+
+class UnrecoverableError(ProcessorSignal):
+    """Fail the job now, whatever attempts are left."""
+
+    def __init__(self, message: str = codes.UNRECOVERABLE_MESSAGE) -> None:
+        super().__init__(message)
+
+
+class DelayedError(ProcessorSignal):
+    """The processor moved its job to delayed (``job.move_to_delayed``); the worker moves on."""
+
+    def __init__(self, message: str = codes.DELAYED_MESSAGE) -> None:
+        super().__init__(message)
+
+
+class WaitingChildrenError(ProcessorSignal):
+    """The processor moved its job to waiting-children; the worker moves on."""
+
+    def __init__(self, message: str = codes.WAITING_CHILDREN_MESSAGE) -> None:
+        super().__init__(message)
+
+
+class RateLimitError(ProcessorSignal):
+    """Put the job back at the front of the queue and stop fetching until the limit expires."""
+
+    def __init__(self, message: str = codes.RATE_LIMIT_MESSAGE) -> None:
+        super().__init__(message)
+
+
+_CODE_TO_ERROR: dict[int, tuple[type[ScriptError], str]] = {
+    codes.JOB_NOT_EXIST: (JobNotFoundError, "job {job} does not exist"),
+    codes.JOB_LOCK_NOT_EXIST: (
+        LockMissingError,
+        "lock for job {job} is missing (it expired; the job will be recovered as stalled)",
+    ),
+    codes.JOB_NOT_IN_STATE: (JobNotInStateError, "job {job} is not in the {state} state"),
+    codes.JOB_PENDING_CHILDREN: (
+        PendingChildrenError,
+        "job {job} has pending children; it cannot be completed yet",
+    ),
+    codes.PARENT_JOB_NOT_EXIST: (ParentNotFoundError, "parent of job {job} does not exist"),
+    codes.JOB_LOCK_MISMATCH: (LockMismatchError, "lock for job {job} is held by another worker"),
+    codes.PARENT_JOB_CANNOT_BE_REPLACED: (
+        ParentCannotBeReplacedError,
+        "job {job} already exists with another parent",
+    ),
+    codes.JOB_BELONGS_TO_JOB_SCHEDULER: (
+        JobBelongsToSchedulerError,
+        "job {job} belongs to a job scheduler; remove the scheduler instead",
+    ),
+    codes.JOB_HAS_FAILED_CHILDREN: (FailedChildrenError, "job {job} has failed children"),
+}
+
+
+def error_for_code(code: int, *, job_id: str | None, command: str, state: str = "") -> ScriptError:
+    """Build the exception for a script's negative reply ``code``.
+
+    Args:
+        code: the negative integer the script returned.
+        job_id: the job concerned, if any.
+        command: the operation, named in the message.
+        state: for ``-3``, the state the job was expected in.
+    """
+    cls, template = _CODE_TO_ERROR.get(code, (ScriptError, "script returned code {code}"))
+    message = template.format(job=job_id, state=state or "expected", code=code)
+    return cls(f"{message} ({command})", code=code, job_id=job_id, command=command)

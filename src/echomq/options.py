@@ -1,0 +1,285 @@
+"""Job options: frozen, keyword-only dataclasses validated before anything is written.
+
+Durations are seconds (``float``) or :class:`datetime.timedelta`; points in time are
+:class:`datetime.datetime` or epoch seconds. Milliseconds exist only on the wire
+(:mod:`echomq.protocol.fields`).
+
+Per-call options override queue defaults through :data:`UNSET`, which is distinct from
+``None``: ``JobOptions.merged(defaults, overrides)`` keeps a default only where the override is
+``UNSET``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal, TypeAlias, TypedDict
+
+from .errors import InvalidOptionError
+
+MAX_PRIORITY: Final = 2**21 - 1
+
+Duration: TypeAlias = float | int | timedelta
+Moment: TypeAlias = datetime | float | int
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: Marks an option that was not given, so a queue default applies.
+UNSET: Final = _Unset.UNSET
+
+
+def to_seconds(value: Duration, field: str, *, allow_negative: bool = False) -> float:
+    """Convert a duration option to float seconds, refusing bad values with the field's name."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidOptionError(
+            f"{field} must be seconds (int/float) or a timedelta, got {type(value).__name__}"
+        )
+    if not math.isfinite(seconds):
+        raise InvalidOptionError(f"{field} must be finite, got {value!r}")
+    if seconds < 0 and not allow_negative:
+        raise InvalidOptionError(f"{field} must not be negative, got {value!r}")
+    return seconds
+
+
+def to_ms(value: Duration, field: str) -> int:
+    """A non-negative duration in whole milliseconds (rounded)."""
+    return round(to_seconds(value, field) * 1000)
+
+
+def moment_to_ms(value: Moment, field: str) -> int:
+    """A point in time (datetime or epoch seconds) as epoch milliseconds."""
+    if isinstance(value, datetime):
+        return round(value.timestamp() * 1000)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if value < 0:
+            raise InvalidOptionError(f"{field} must not be before the epoch, got {value!r}")
+        return round(value * 1000)
+    raise InvalidOptionError(f"{field} must be a datetime or epoch seconds, got {value!r}")
+
+
+def _check_int(value: object, field: str, *, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOptionError(f"{field} must be an int, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise InvalidOptionError(f"{field} must be {bound}, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """How long to wait before retrying a failed attempt.
+
+    Args:
+        type: ``"fixed"``, ``"exponential"``, or the name of a worker's custom strategy.
+        delay: the base delay (seconds or timedelta).
+        jitter: 0..1; the share of the delay that is randomised.
+    """
+
+    type: str = "fixed"
+    delay: Duration = 0.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, str) or not self.type:
+            raise InvalidOptionError(f"backoff.type must be a non-empty str, got {self.type!r}")
+        to_seconds(self.delay, "backoff.delay")
+        if (
+            isinstance(self.jitter, bool)
+            or not isinstance(self.jitter, (int, float))
+            or not 0 <= self.jitter <= 1
+        ):
+            raise InvalidOptionError(f"backoff.jitter must be between 0 and 1, got {self.jitter!r}")
+
+    @property
+    def delay_ms(self) -> int:
+        """The base delay in milliseconds (wire form)."""
+        return to_ms(self.delay, "backoff.delay")
+
+    @classmethod
+    def coerce(cls, value: Backoff | Mapping[str, Any] | Duration) -> Backoff:
+        """Accept a Backoff, a mapping like ``{"type": "fixed", "delay": 0.5}``, or a duration."""
+        if isinstance(value, Backoff):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"type", "delay", "jitter"}
+            if unknown:
+                raise InvalidOptionError(f"backoff has unknown keys {sorted(unknown)}")
+            return cls(**value)
+        if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
+            return cls(type="fixed", delay=value)
+        raise InvalidOptionError(
+            f"backoff must be a Backoff, a mapping or a duration, got {value!r}"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeepJobs:
+    """Retention of finished jobs: keep at most ``count`` jobs, none older than ``age``.
+
+    Args:
+        count: how many finished jobs to keep (None: no count limit).
+        age: the maximum age (seconds or timedelta; None: no age limit).
+        limit: how many old jobs one finish may delete at most (protects Redis latency).
+    """
+
+    count: int | None = None
+    age: Duration | None = None
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.count is not None:
+            _check_int(self.count, "keep.count", low=0)
+        if self.age is not None:
+            to_seconds(self.age, "keep.age")
+        if self.limit is not None:
+            _check_int(self.limit, "keep.limit", low=1)
+        if self.count is None and self.age is None:
+            raise InvalidOptionError("KeepJobs needs count or age")
+
+
+#: What ``remove_on_complete`` / ``remove_on_fail`` accept: True (remove at once), False (keep
+#: all), a count to keep, or a :class:`KeepJobs`.
+Retention: TypeAlias = bool | int | KeepJobs
+
+
+def _check_retention(value: object, field: str) -> None:
+    if isinstance(value, (bool, KeepJobs)):
+        return
+    _check_int(value, field, low=0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Options of one job. Every field is optional; ``UNSET`` means "use the default".
+
+    Args:
+        job_id: a custom id (a string that is not an integer, without ``:``).
+        delay: wait this long before the job may run.
+        priority: 0 (none) .. 2**21-1; lower numbers run first.
+        lifo: put the job at the front of the line instead of the back.
+        attempts: total number of tries (0 and 1 both mean one try).
+        backoff: delay between tries.
+        remove_on_complete: retention of the job once completed.
+        remove_on_fail: retention of the job once failed.
+        keep_logs: keep only the newest N log lines.
+        stacktrace_limit: keep only the newest N stack traces.
+        size_limit: refuse data whose JSON text is larger than this many bytes.
+        timestamp: creation time (defaults to now).
+    """
+
+    job_id: str | _Unset = UNSET
+    delay: Duration | _Unset = UNSET
+    priority: int | _Unset = UNSET
+    lifo: bool | _Unset = UNSET
+    attempts: int | _Unset = UNSET
+    backoff: Backoff | _Unset = UNSET
+    remove_on_complete: Retention | _Unset = UNSET
+    remove_on_fail: Retention | _Unset = UNSET
+    keep_logs: int | _Unset = UNSET
+    stacktrace_limit: int | _Unset = UNSET
+    size_limit: int | _Unset = UNSET
+    timestamp: Moment | _Unset = UNSET
+
+    def __post_init__(self) -> None:
+        if self.job_id is not UNSET and not isinstance(self.job_id, str):
+            from .errors import InvalidJobIdError
+
+            raise InvalidJobIdError(
+                f"job_id must be a str, got {type(self.job_id).__name__} {self.job_id!r}"
+            )
+        if self.delay is not UNSET:
+            to_seconds(self.delay, "delay")
+        if self.priority is not UNSET:
+            _check_int(self.priority, "priority", low=0, high=MAX_PRIORITY)
+        if self.lifo is not UNSET and not isinstance(self.lifo, bool):
+            raise InvalidOptionError(f"lifo must be a bool, got {self.lifo!r}")
+        if self.attempts is not UNSET:
+            _check_int(self.attempts, "attempts", low=0)
+        if self.backoff is not UNSET:
+            object.__setattr__(self, "backoff", Backoff.coerce(self.backoff))
+        if self.remove_on_complete is not UNSET:
+            _check_retention(self.remove_on_complete, "remove_on_complete")
+        if self.remove_on_fail is not UNSET:
+            _check_retention(self.remove_on_fail, "remove_on_fail")
+        if self.keep_logs is not UNSET:
+            _check_int(self.keep_logs, "keep_logs", low=0)
+        if self.stacktrace_limit is not UNSET:
+            _check_int(self.stacktrace_limit, "stacktrace_limit", low=0)
+        if self.size_limit is not UNSET:
+            _check_int(self.size_limit, "size_limit", low=1)
+        if self.timestamp is not UNSET:
+            moment_to_ms(self.timestamp, "timestamp")
+
+    @classmethod
+    def build(cls, options: Mapping[str, Any]) -> JobOptions:
+        """Build from keyword options, naming unknown ones in the error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(options) - names
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown job option(s) {sorted(unknown)}; allowed: {sorted(names)}"
+            )
+        return cls(**options)
+
+    def merged(self, overrides: JobOptions) -> JobOptions:
+        """These options with every field that ``overrides`` sets replaced."""
+        changes = {
+            f.name: getattr(overrides, f.name)
+            for f in dataclasses.fields(overrides)
+            if getattr(overrides, f.name) is not UNSET
+        }
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of option ``name``, or ``default`` when it is UNSET."""
+        value = getattr(self, name)
+        return default if value is UNSET else value
+
+
+EMPTY_OPTIONS: Final = JobOptions()
+
+State = Literal[
+    "completed", "failed", "delayed", "active", "waiting", "prioritized", "waiting-children"
+]
+
+
+class JobOptionsDict(TypedDict, total=False):
+    """The keyword form of :class:`JobOptions` (``await echomq.add(..., delay=5)``)."""
+
+    job_id: str
+    delay: Duration
+    priority: int
+    lifo: bool
+    attempts: int
+    backoff: Backoff | Mapping[str, Any] | Duration
+    remove_on_complete: Retention
+    remove_on_fail: Retention
+    keep_logs: int
+    stacktrace_limit: int
+    size_limit: int
+    timestamp: Moment
+
+
+def coerce_options(value: JobOptions | Mapping[str, Any] | None) -> JobOptions:
+    """Accept a JobOptions, a mapping of option keywords, or None (no options)."""
+    if value is None:
+        return EMPTY_OPTIONS
+    if isinstance(value, JobOptions):
+        return value
+    if isinstance(value, Mapping):
+        return JobOptions.build(value)
+    raise InvalidOptionError(f"job options must be a JobOptions or a mapping, got {value!r}")

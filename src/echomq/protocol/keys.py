@@ -1,0 +1,151 @@
+"""Every Redis key of a queue, built in one place.
+
+A queue is addressed by ``(prefix, name)``. Its keys are ``<prefix>:<name>:<suffix>`` and a job's
+hash is ``<prefix>:<name>:<job id>``. The strings are built exactly as BullMQ builds them: braces in
+the prefix (``{bull}``) or in the name (``{emails}``) are kept as given, which is how all keys of a
+queue land in one Redis Cluster hash slot; nothing is added or stripped.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+
+from ..errors import InvalidQueueNameError
+
+#: Suffixes that name queue-level keys; a custom job id may not take one of these names.
+RESERVED_SUFFIXES: frozenset[str] = frozenset(
+    {
+        "",
+        "wait",
+        "paused",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "completed",
+        "failed",
+        "waiting-children",
+        "id",
+        "meta",
+        "events",
+        "stalled",
+        "stalled-check",
+        "limiter",
+        "marker",
+        "repeat",
+        "delay",
+        "priority",
+        "metrics",
+        "de",
+        "dn",
+    }
+)
+
+DEFAULT_PREFIX = "bull"
+
+
+def validate_queue_name(name: str) -> None:
+    """Raise :class:`InvalidQueueNameError` unless ``name`` is usable as a queue name."""
+    if not isinstance(name, str):
+        raise InvalidQueueNameError(f"queue name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidQueueNameError("queue name must not be empty")
+    if ":" in name:
+        raise InvalidQueueNameError(
+            f"queue name {name!r} contains ':'; choose a name without colons "
+            "(use braces, e.g. '{emails}', to pin a queue to one Redis Cluster slot)"
+        )
+
+
+class QueueKeys:
+    """The key names of one queue. Instances are immutable and cached per (prefix, name)."""
+
+    __slots__ = (
+        "active",
+        "base",
+        "completed",
+        "delayed",
+        "events",
+        "failed",
+        "id",
+        "limiter",
+        "marker",
+        "meta",
+        "metrics_completed",
+        "metrics_failed",
+        "name",
+        "paused",
+        "pc",
+        "prefix",
+        "prioritized",
+        "qualified",
+        "repeat",
+        "stalled",
+        "stalled_check",
+        "wait",
+        "waiting_children",
+    )
+
+    def __init__(self, name: str, prefix: str = DEFAULT_PREFIX) -> None:
+        validate_queue_name(name)
+        if not isinstance(prefix, str) or not prefix:
+            raise InvalidQueueNameError("prefix must be a non-empty str")
+        self.name = name
+        self.prefix = prefix
+        self.qualified = f"{prefix}:{name}"
+        b = self.base = f"{prefix}:{name}:"
+        self.wait = b + "wait"
+        self.paused = b + "paused"
+        self.active = b + "active"
+        self.prioritized = b + "prioritized"
+        self.pc = b + "pc"
+        self.delayed = b + "delayed"
+        self.completed = b + "completed"
+        self.failed = b + "failed"
+        self.waiting_children = b + "waiting-children"
+        self.id = b + "id"
+        self.meta = b + "meta"
+        self.events = b + "events"
+        self.stalled = b + "stalled"
+        self.stalled_check = b + "stalled-check"
+        self.limiter = b + "limiter"
+        self.marker = b + "marker"
+        self.repeat = b + "repeat"
+        self.metrics_completed = b + "metrics:completed"
+        self.metrics_failed = b + "metrics:failed"
+
+    def state(self, suffix: str) -> str:
+        """The key of a state set or list, by its suffix (``wait``, ``completed``, ...)."""
+        return self.base + suffix
+
+    def job(self, job_id: str) -> str:
+        """The hash of job ``job_id``."""
+        return self.base + job_id
+
+    def lock(self, job_id: str) -> str:
+        """The lock key of job ``job_id``."""
+        return f"{self.base}{job_id}:lock"
+
+    def logs(self, job_id: str) -> str:
+        """The log list of job ``job_id``."""
+        return f"{self.base}{job_id}:logs"
+
+    def worker_client_name(self, worker_name: str | None = None) -> str:
+        """The CLIENT SETNAME value by which Node's ``getWorkers`` recognises a worker."""
+        encoded = base64.b64encode(self.name.encode()).decode()
+        base = f"{self.prefix}:{encoded}"
+        return f"{base}:w:{worker_name}" if worker_name else base
+
+    def events_client_name(self) -> str:
+        """The CLIENT SETNAME value of a QueueEvents reader."""
+        return self.worker_client_name() + ":qe"
+
+    def __repr__(self) -> str:
+        return f"QueueKeys({self.name!r}, prefix={self.prefix!r})"
+
+
+@functools.lru_cache(maxsize=1024)
+def queue_keys(name: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
+    """Return the (cached) :class:`QueueKeys` of queue ``name`` under ``prefix``."""
+    return QueueKeys(name, prefix)

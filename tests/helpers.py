@@ -1,0 +1,105 @@
+"""Small test helpers shared by the whole suite.
+
+- :func:`snapshot` / :func:`snapshot_sync` capture every key of a Redis database as
+  ``key -> (TYPE, DUMP)`` so a test can assert that an operation left Redis byte-for-byte
+  unchanged (TTLs are not part of the snapshot).
+- :func:`wait_for` polls a condition against a deadline; tests synchronise on it instead of
+  sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis
+import redis.asyncio
+
+T = TypeVar("T")
+
+Snapshot = dict[bytes, tuple[bytes, bytes]]
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+async def snapshot(r: redis.asyncio.Redis) -> Snapshot:
+    """Return every key of the client's database mapped to ``(TYPE, DUMP)``.
+
+    Works with any ``decode_responses`` setting (keys and types are returned as bytes).
+
+    Args:
+        r: An async client.
+
+    Returns:
+        The snapshot, with keys in sorted order.
+    """
+    keys = sorted([_as_bytes(k) async for k in r.scan_iter(count=1000)])
+    result: Snapshot = {}
+    for key in keys:
+        kind = _as_bytes(await r.type(key))
+        dumped = await r.dump(key)
+        if dumped is None:  # deleted between SCAN and DUMP
+            continue
+        result[key] = (kind, _as_bytes(dumped))
+    return result
+
+
+def snapshot_sync(r: redis.Redis) -> Snapshot:
+    """Synchronous twin of :func:`snapshot` for sync-client tests.
+
+    Args:
+        r: A sync client.
+
+    Returns:
+        The snapshot, with keys in sorted order.
+    """
+    keys = sorted(_as_bytes(k) for k in r.scan_iter(count=1000))
+    result: Snapshot = {}
+    for key in keys:
+        kind = _as_bytes(r.type(key))
+        dumped = r.dump(key)
+        if dumped is None:
+            continue
+        result[key] = (kind, _as_bytes(dumped))
+    return result
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[T] | T],
+    timeout: float = 5.0,
+    interval: float = 0.01,
+    message: str | None = None,
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass.
+
+    Args:
+        predicate: A sync or async callable; its truthy result ends the wait.
+        timeout: Seconds before giving up.
+        interval: Seconds between polls.
+        message: Added to the failure message.
+
+    Returns:
+        The predicate's first truthy result.
+
+    Raises:
+        AssertionError: On timeout, naming the predicate and its last result.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            name = getattr(predicate, "__qualname__", repr(predicate))
+            detail = f": {message}" if message else ""
+            raise AssertionError(
+                f"condition {name} still false after {timeout}s (last result {result!r}){detail}"
+            )
+        await asyncio.sleep(interval)

