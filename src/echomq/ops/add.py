@@ -1,117 +1,17 @@
-"""Sans-I/O protocol operations: each builds the script call or commands and parses the reply.
-
-An :class:`Op` is a value: ``await op.run(client)`` runs it on an async client and
-``op.run_sync(client)`` on a sync one, so the async and sync APIs are each a line per operation.
-Validation happens while an op is built, so a refused call never reaches Redis.
-"""
+"""Adding jobs: validation, encoding, and the add script call (CORE.md 7.1-7.3)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import redis
-import redis.asyncio
-
-from . import scripts
-from .errors import InvalidJobIdError, PayloadError, error_for_code
-from .options import UNSET, JobOptions, moment_to_ms, to_ms
-from .protocol import fields
-from .protocol.keys import RESERVED_SUFFIXES, QueueKeys
-
-T = TypeVar("T")
-
-
-def to_str(value: Any) -> str:
-    """A reply value as str, whatever ``decode_responses`` is."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def flat_to_dict(reply: Sequence[Any]) -> dict[str, str]:
-    """A flat ``[field, value, ...]`` reply as a dict of str."""
-    it = iter(reply)
-    return {to_str(k): to_str(v) for k, v in zip(it, it)}
-
-
-def hash_to_dict(reply: Mapping[Any, Any]) -> dict[str, str]:
-    """An HGETALL reply (bytes or str) as a dict of str."""
-    return {to_str(k): to_str(v) for k, v in reply.items()}
-
-
-def now_ms() -> int:
-    """The client clock in epoch milliseconds (the protocol's timestamps)."""
-    return int(time.time() * 1000)
-
-
-class Op(Generic[T]):
-    """One protocol operation, ready to run on an async or a sync client."""
-
-    __slots__ = ()
-
-    async def run(self, client: redis.asyncio.Redis) -> T:
-        """Run on an async client."""
-        raise NotImplementedError
-
-    def run_sync(self, client: redis.Redis) -> T:
-        """Run on a sync client."""
-        raise NotImplementedError
-
-
-@dataclass(slots=True)
-class ScriptOp(Op[T]):
-    """A call of one script, and how to read its reply."""
-
-    script: scripts.Script
-    keys: list[str]
-    args: list[scripts.Arg]
-    parse: Callable[[Any], T]
-
-    async def run(self, client: redis.asyncio.Redis) -> T:
-        return self.parse(await self.script.run(client, self.keys, self.args))
-
-    def run_sync(self, client: redis.Redis) -> T:
-        return self.parse(self.script.run_sync(client, self.keys, self.args))
-
-
-@dataclass(slots=True)
-class CommandOp(Op[T]):
-    """Plain commands sent in one round trip (a non-transactional pipeline when several)."""
-
-    commands: list[tuple[Any, ...]]
-    parse: Callable[[list[Any]], T]
-
-    async def run(self, client: redis.asyncio.Redis) -> T:
-        if len(self.commands) == 1:
-            reply = await client.execute_command(*self.commands[0])  # type: ignore[no-untyped-call]
-            return self.parse([reply])
-        async with client.pipeline(transaction=False) as pipe:
-            for command in self.commands:
-                pipe.execute_command(*command)
-            return self.parse(await pipe.execute())
-
-    def run_sync(self, client: redis.Redis) -> T:
-        if len(self.commands) == 1:
-            reply = client.execute_command(*self.commands[0])  # type: ignore[no-untyped-call]
-            return self.parse([reply])
-        with client.pipeline(transaction=False) as pipe:
-            for command in self.commands:
-                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-            return self.parse(pipe.execute())
-
-
-def check_code(reply: Any, *, job_id: str | None, command: str, state: str = "") -> Any:
-    """Raise the mapped error when a script replied with a negative integer code."""
-    if isinstance(reply, int) and reply < 0:
-        raise error_for_code(reply, job_id=job_id, command=command, state=state)
-    return reply
-
-
-# ---------------------------------------------------------------------------------------------
-# Adding jobs
+from .. import scripts
+from ..errors import InvalidJobIdError, PayloadError
+from ..options import UNSET, JobOptions, moment_to_ms, to_ms
+from ..protocol import fields
+from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys
+from ._base import CommandOp, ScriptOp, check_code, flat_to_dict, hash_to_dict, now_ms, to_str
 
 
 def validate_job_id(job_id: str) -> None:

@@ -1,0 +1,152 @@
+"""A private ``redis-server`` for one benchmark run, and a tiny RESP client for it.
+
+The harness runs on the system Python with no third-party packages, so it speaks RESP
+over a socket itself; it needs only PING, INFO, FLUSHALL and SHUTDOWN. The server is
+started on a free loopback port with persistence off and is always stopped again.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+class RespClient:
+    """Just enough RESP2 to send a command and read one reply."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=30)
+        self.buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, *parts: str) -> object:
+        out = [f"*{len(parts)}\r\n".encode()]
+        for p in parts:
+            b = p.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        self.sock.sendall(b"".join(out))
+        return self._read()
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2 :]
+        return data
+
+    def _read(self) -> object:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n).decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._read() for _ in range(n)]
+        raise RuntimeError(f"unexpected RESP reply {line!r}")
+
+    def info(self) -> dict[str, str]:
+        text = self.call("INFO", "everything")
+        assert isinstance(text, str)
+        fields = {}
+        for row in text.splitlines():
+            if row and not row.startswith("#") and ":" in row:
+                k, v = row.split(":", 1)
+                fields[k] = v
+        return fields
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """``redis-server`` on a free port, persistence off, in ``workdir``."""
+
+    def __init__(self, workdir: Path, binary: str = "redis-server") -> None:
+        self.workdir = workdir
+        self.binary = binary
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client: RespClient | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        for _ in range(5):
+            self.port = free_port()
+            log = open(self.workdir / "redis-server.log", "ab")  # noqa: SIM115 - lives with proc
+            self.proc = subprocess.Popen(
+                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+                 "--protected-mode", "yes", "--daemonize", "no"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.client = RespClient(self.port)
+                    if self.client.call("PING") == "PONG":
+                        return
+                except OSError:
+                    time.sleep(0.05)
+            self.stop()  # port race or slow start: try another port
+        raise RuntimeError(f"could not start redis-server (see {self.workdir}/redis-server.log)")
+
+    def stop(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.call("SHUTDOWN", "NOSAVE")
+            except (OSError, RuntimeError, ConnectionError):
+                pass
+            self.client.close()
+            self.client = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def flushall(self) -> None:
+        assert self.client is not None
+        self.client.call("FLUSHALL")
+
+    def snapshot(self) -> dict[str, float]:
+        """CPU seconds and commands processed so far, for before/after deltas."""
+        assert self.client is not None
+        info = self.client.info()
+        return {
+            "cpu_s": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
+            "commands": float(info["total_commands_processed"]),
+        }
+
+    def version(self) -> str:
+        assert self.client is not None
+        return self.client.info()["redis_version"]
