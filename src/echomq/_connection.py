@@ -54,16 +54,17 @@ class AsyncConn:
             )
         return self._client
 
-    def new_client(self) -> redis.asyncio.Redis:
-        """A second, independent client to the same server (for blocking commands)."""
+    def new_client(self, **overrides: object) -> redis.asyncio.Redis:
+        """A second, independent client to the same server (for blocking commands).
+
+        Args:
+            **overrides: connection keyword arguments to change (e.g. ``client_name``).
+        """
         client = self.client
-        if self.url is not None:
-            return redis.asyncio.Redis.from_url(self.url)
-        kwargs = dict(client.connection_pool.connection_kwargs)
+        pool = client.connection_pool
+        kwargs = {**pool.connection_kwargs, **overrides}
         return redis.asyncio.Redis(
-            connection_pool=client.connection_pool.__class__(
-                connection_class=client.connection_pool.connection_class, **kwargs
-            )
+            connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs)
         )
 
     async def aclose(self) -> None:

@@ -283,3 +283,119 @@ def coerce_options(value: JobOptions | Mapping[str, Any] | None) -> JobOptions:
     if isinstance(value, Mapping):
         return JobOptions.build(value)
     raise InvalidOptionError(f"job options must be a JobOptions or a mapping, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Limiter:
+    """Take at most ``max`` jobs per ``duration``, across every worker with this limiter.
+
+    Args:
+        max: jobs per window.
+        duration: the window (seconds or timedelta).
+    """
+
+    max: int
+    duration: Duration
+
+    def __post_init__(self) -> None:
+        _check_int(self.max, "limiter.max", low=1)
+        if to_seconds(self.duration, "limiter.duration") <= 0:
+            raise InvalidOptionError("limiter.duration must be positive")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """How a worker runs. Durations are seconds or timedelta.
+
+    Args:
+        concurrency: how many jobs run at once in this worker.
+        name: worker name, written to jobs it takes (``pb``) and to its client name.
+        lock_duration: how long a job's lock lives without renewal.
+        lock_renew_time: how often locks are renewed (default: half the lock duration).
+        stalled_interval: how often the stalled check runs (fleet-wide, at most once per interval).
+        max_stalled_count: how often a job may stall before it fails.
+        drain_delay: how long an idle worker blocks on the marker before checking again.
+        limiter: a rate limit for taking jobs.
+        remove_on_complete: default retention of completed jobs without their own option.
+        remove_on_fail: default retention of failed jobs without their own option.
+        metrics_max_data_points: keep per-minute metrics for this many minutes (None: off).
+        max_started_attempts: fail jobs started more often than this (None: no limit).
+        close_grace: how long ``close()`` waits for running jobs before cancelling them.
+        batch_finish: record finished jobs of a worker together in one script call.
+    """
+
+    concurrency: int = 1
+    name: str | None = None
+    lock_duration: Duration = 30.0
+    lock_renew_time: Duration | None = None
+    stalled_interval: Duration = 30.0
+    max_stalled_count: int = 1
+    drain_delay: Duration = 5.0
+    limiter: Limiter | None = None
+    remove_on_complete: Retention | None = None
+    remove_on_fail: Retention | None = None
+    metrics_max_data_points: int | None = None
+    max_started_attempts: int | None = None
+    close_grace: Duration = 30.0
+    batch_finish: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int(self.concurrency, "concurrency", low=1)
+        if self.name is not None and (
+            not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name)
+        ):
+            raise InvalidOptionError(
+                f"worker name must be a non-empty str without spaces, got {self.name!r}"
+            )
+        if to_seconds(self.lock_duration, "lock_duration") < 0.01:
+            raise InvalidOptionError("lock_duration must be at least 0.01 seconds")
+        if self.lock_renew_time is not None:
+            to_seconds(self.lock_renew_time, "lock_renew_time")
+        if to_seconds(self.stalled_interval, "stalled_interval") <= 0:
+            raise InvalidOptionError("stalled_interval must be positive")
+        _check_int(self.max_stalled_count, "max_stalled_count", low=0)
+        to_seconds(self.drain_delay, "drain_delay")
+        if self.limiter is not None and not isinstance(self.limiter, Limiter):
+            raise InvalidOptionError(f"limiter must be a Limiter, got {self.limiter!r}")
+        if self.remove_on_complete is not None:
+            _check_retention(self.remove_on_complete, "remove_on_complete")
+        if self.remove_on_fail is not None:
+            _check_retention(self.remove_on_fail, "remove_on_fail")
+        if self.metrics_max_data_points is not None:
+            _check_int(self.metrics_max_data_points, "metrics_max_data_points", low=1)
+        if self.max_started_attempts is not None:
+            _check_int(self.max_started_attempts, "max_started_attempts", low=1)
+        to_seconds(self.close_grace, "close_grace")
+
+    @property
+    def lock_ms(self) -> int:
+        """Lock duration in ms (wire form)."""
+        return to_ms(self.lock_duration, "lock_duration")
+
+    @property
+    def renew_interval(self) -> float:
+        """Seconds between lock-renewal ticks (half the renew time, as Node does)."""
+        renew = (
+            to_seconds(self.lock_renew_time, "lock_renew_time")
+            if self.lock_renew_time is not None
+            else to_seconds(self.lock_duration, "lock_duration") / 2
+        )
+        return max(renew / 2, 0.005)
+
+
+class WorkerOptionsDict(TypedDict, total=False):
+    """The keyword form of :class:`WorkerOptions` (except ``concurrency``)."""
+
+    name: str | None
+    lock_duration: Duration
+    lock_renew_time: Duration | None
+    stalled_interval: Duration
+    max_stalled_count: int
+    drain_delay: Duration
+    limiter: Limiter | None
+    remove_on_complete: Retention | None
+    remove_on_fail: Retention | None
+    metrics_max_data_points: int | None
+    max_started_attempts: int | None
+    close_grace: Duration
+    batch_finish: bool

@@ -128,7 +128,8 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-def _retention_from_wire(value: Any) -> Retention | None:
+def retention_from_wire(value: Any) -> Retention | None:
+    """Read a stored removeOnComplete / removeOnFail value (None when unreadable)."""
     if isinstance(value, bool):
         return value
     count = _int_or_none(value)
@@ -198,7 +199,7 @@ def options_from_wire(wire: Any) -> JobOptions:
         ("removeOnFail", "remove_on_fail"),
     ):
         if wire_name in wire:
-            retention = _retention_from_wire(wire[wire_name])
+            retention = retention_from_wire(wire[wire_name])
             if retention is not None:
                 kw[name] = retention
     ts = wire.get("timestamp")

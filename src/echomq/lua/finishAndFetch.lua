@@ -1,0 +1,284 @@
+--[[
+  finishAndFetch: record the outcome of several active jobs, then take up to N new jobs.
+  One call does, per item and in order, exactly what BullMQ's moveToFinished (completed /
+  failed), retryJob and moveToDelayed do to keys, fields and events (CORE.md 7.6-7.8), then
+  what moveToActive does (7.5) for each job it takes. With no items it is moveToActive.
+
+  KEYS[1]  wait
+  KEYS[2]  active
+  KEYS[3]  prioritized
+  KEYS[4]  events
+  KEYS[5]  stalled
+  KEYS[6]  limiter
+  KEYS[7]  delayed
+  KEYS[8]  meta
+  KEYS[9]  pc
+  KEYS[10] marker
+  KEYS[11] completed
+  KEYS[12] failed
+  KEYS[13] metrics:completed
+  KEYS[14] metrics:failed
+
+  ARGV[1]  base key "P:Q:"
+  ARGV[2]  now (ms)
+  ARGV[3]  items: JSON array of arrays
+           [kind, jobId, token, value, attempts, keepCount, keepAge, keepLimit, fields, delayMs,
+            flag]
+           kind "C" complete (value = returnvalue JSON text), "F" fail (value = failedReason),
+           "R" retry now (flag 1 = lifo), "D" move to delayed (flag 1 = do not count an attempt).
+           keepAge/keepLimit: "" when unset; fields: flat array of hash fields to set first.
+  ARGV[4]  how many jobs to take afterwards (0 = none)
+  ARGV[5]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[6] + i - 1)
+  ARGV[6]  first token counter
+  ARGV[7]  lock duration (ms)
+  ARGV[8]  worker limiter max, or ""
+  ARGV[9]  worker limiter duration (ms), or ""
+  ARGV[10] worker name, or ""
+  ARGV[11] metrics max data points, or "" (no metrics)
+
+  Returns: {codes, taken, rate_limit_ttl, next_delayed_due}
+    codes: one integer per item, 0 or an error code
+      -1 job missing, -2 lock missing, -3 not active, -4 pending children (complete),
+      -6 lock held by another token, -9 failed children (complete)
+    taken: flat {id, token, HGETALL, ...}
+]]
+--@include "common"
+--@include "job_keys"
+--@include "parent"
+--@include "fetch"
+
+local base = ARGV[1]
+local now = tonumber(ARGV[2])
+local k = {
+  wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4], stalled = KEYS[5],
+  limiter = KEYS[6], delayed = KEYS[7], meta = KEYS[8], pc = KEYS[9], marker = KEYS[10],
+}
+local items = cjson.decode(ARGV[3])
+local max_metrics = tonumber(ARGV[11])
+
+-- Release the caller's lock: 0, or -6 / -2 (nothing written yet in that case).
+local function release_lock(job_key, job_id, token)
+  if token == "0" then
+    return 0
+  end
+  local lock_key = job_key .. ":lock"
+  local held = redis.call("GET", lock_key)
+  if held == token then
+    redis.call("DEL", lock_key)
+    redis.call("SREM", k.stalled, job_id)
+    return 0
+  elseif held then
+    return -6
+  end
+  return -2
+end
+
+local function trim_finished(target, keep_count, keep_age, keep_limit)
+  if keep_age ~= "" then
+    local cutoff = now - tonumber(keep_age) * 1000
+    local limit = tonumber(keep_limit) or 1000
+    local old = redis.call("ZRANGEBYSCORE", target, 0, score_str(cutoff), "LIMIT", 0, limit)
+    for _, id in ipairs(old) do
+      delete_job_keys(base .. id)
+    end
+    if #old > 0 then
+      if #old < limit then
+        redis.call("ZREMRANGEBYSCORE", target, 0, score_str(cutoff))
+      else
+        redis.call("ZREM", target, unpack(old))
+      end
+    end
+  end
+  if keep_count > 0 then
+    local extra = redis.call("ZREVRANGE", target, keep_count, -1)
+    for _, id in ipairs(extra) do
+      delete_job_keys(base .. id)
+    end
+    if #extra > 0 then
+      redis.call("ZREMRANGEBYRANK", target, 0, -(keep_count + 1))
+    end
+  end
+end
+
+local function collect_metrics(metrics_key)
+  local count = redis.call("HINCRBY", metrics_key, "count", 1) - 1
+  local prev = redis.call("HMGET", metrics_key, "prevTS", "prevCount")
+  if not prev[1] then
+    redis.call("HSET", metrics_key, "prevTS", now, "prevCount", 0)
+    return
+  end
+  local n = math.floor(now / 60000) - math.floor(tonumber(prev[1]) / 60000)
+  if n > max_metrics then
+    n = max_metrics
+  end
+  if n > 0 then
+    local data_key = metrics_key .. ":data"
+    redis.call("LPUSH", data_key, count - (tonumber(prev[2]) or 0))
+    local zeros = {}
+    for _ = 2, n do
+      zeros[#zeros + 1] = 0
+      if #zeros == 7000 then
+        redis.call("LPUSH", data_key, unpack(zeros))
+        zeros = {}
+      end
+    end
+    if #zeros > 0 then
+      redis.call("LPUSH", data_key, unpack(zeros))
+    end
+    redis.call("LTRIM", data_key, 0, max_metrics - 1)
+    redis.call("HSET", metrics_key, "prevCount", count, "prevTS", now)
+  end
+end
+
+local function release_dedup_key(job_id, dedup_id)
+  local dedup_key = base .. "de:" .. dedup_id
+  local ttl = redis.call("PTTL", dedup_key)
+  if ttl == 0 or (ttl == -1 and redis.call("GET", dedup_key) == job_id) then
+    redis.call("DEL", dedup_key)
+  end
+end
+
+local function finish(item, job_id, job_key, completed, max_len)
+  local value = item[4]
+  local attempts = tonumber(item[5]) or 0
+  local keep_count = tonumber(item[6]) or -1
+  local linked = redis.call("HMGET", job_key, "parentKey", "parent", "deid")
+  if linked[3] then
+    release_dedup_key(job_id, linked[3])
+  end
+  if linked[1] then
+    if completed then
+      child_completed(job_key, linked[1], linked[2], value, now)
+    else
+      child_failed(job_key, linked[1], linked[2], value, now)
+    end
+  end
+  local attempts_made = redis.call("HINCRBY", job_key, "atm", 1)
+  local target = completed and KEYS[11] or KEYS[12]
+  if keep_count == 0 then
+    delete_job_keys(job_key)
+    if linked[1] then
+      redis.call("SREM", linked[1] .. ":dependencies", job_key)
+    end
+  else
+    redis.call("ZADD", target, now, job_id)
+    if completed then
+      redis.call("HSET", job_key, "returnvalue", value, "finishedOn", now)
+    else
+      redis.call("HSET", job_key, "failedReason", value, "finishedOn", now)
+      redis.call("HDEL", job_key, "defa")
+    end
+    trim_finished(target, keep_count, item[7], item[8])
+  end
+  if completed then
+    redis.call("XADD", k.events, "*", "event", "completed", "jobId", job_id,
+      "returnvalue", value, "prev", "active")
+  else
+    redis.call("XADD", k.events, "*", "event", "failed", "jobId", job_id,
+      "failedReason", value, "prev", "active")
+    if attempts_made >= attempts then
+      redis.call("XADD", k.events, "*", "event", "retries-exhausted", "jobId", job_id,
+        "attemptsMade", attempts_made)
+    end
+  end
+  if max_metrics then
+    collect_metrics(completed and KEYS[13] or KEYS[14])
+  end
+end
+
+local function retry_now(item, job_id, job_key, max_len)
+  local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
+  if priority == 0 then
+    if item[11] == 1 then
+      redis.call("RPUSH", k.wait, job_id)
+    else
+      redis.call("LPUSH", k.wait, job_id)
+    end
+  else
+    add_prioritized(k.prioritized, k.pc, priority, job_id)
+  end
+  if not paused_or_maxed(k.meta, k.active) then
+    add_base_marker(k.marker)
+  end
+  redis.call("HINCRBY", job_key, "atm", 1)
+  redis.call("XADD", k.events, "MAXLEN", "~", max_len, "*", "event", "waiting", "jobId", job_id,
+    "prev", "active")
+end
+
+local function move_to_delayed(item, job_id, job_key, max_len)
+  local delay = tonumber(item[10]) or 0
+  local due = now + delay
+  if item[11] ~= 1 then
+    redis.call("HINCRBY", job_key, "atm", 1)
+  end
+  redis.call("HSET", job_key, "delay", int_str(delay))
+  redis.call("ZADD", k.delayed, score_str(delayed_score(k.delayed, due)), job_id)
+  redis.call("XADD", k.events, "MAXLEN", "~", max_len, "*", "event", "delayed", "jobId", job_id,
+    "delay", int_str(due))
+end
+
+local codes = {}
+local any_delayed = false
+if #items > 0 then
+  local max_len = max_events(k.meta)
+  local trimmed = false
+  for i, item in ipairs(items) do
+    local kind, job_id, token = item[1], item[2], item[3]
+    local job_key = base .. job_id
+    local code = 0
+    if kind == "R" then
+      -- retryJob promotes due delayed jobs before anything else
+      promote_due_delayed(base, k.delayed, k.wait, k.prioritized, k.pc, k.events, k.marker, now,
+        paused_or_maxed(k.meta, k.active))
+    end
+    if redis.call("EXISTS", job_key) == 0 then
+      code = -1
+    elseif kind == "C" and redis.call("SCARD", job_key .. ":dependencies") > 0 then
+      code = -4
+    elseif kind == "C" and redis.call("ZCARD", job_key .. ":unsuccessful") > 0 then
+      code = -9
+    else
+      code = release_lock(job_key, job_id, token)
+    end
+    if code == 0 then
+      local fields = item[9]
+      if type(fields) == "table" and #fields > 0 then
+        redis.call("HSET", job_key, unpack(fields))
+      end
+      if redis.call("LREM", k.active, -1, job_id) == 0 then
+        code = -3
+      elseif kind == "C" or kind == "F" then
+        if not trimmed then
+          redis.call("XTRIM", k.events, "MAXLEN", "~", max_len)
+          trimmed = true
+        end
+        finish(item, job_id, job_key, kind == "C", max_len)
+      elseif kind == "R" then
+        retry_now(item, job_id, job_key, max_len)
+      else
+        move_to_delayed(item, job_id, job_key, max_len)
+        any_delayed = true
+      end
+    end
+    codes[i] = code
+  end
+end
+
+local want = tonumber(ARGV[4])
+local fetched = {{}, 0, 0}
+if want > 0 then
+  fetched = fetch_jobs(base, k, now, want, {
+    token_prefix = ARGV[5], token_start = tonumber(ARGV[6]), lock_ms = ARGV[7],
+    limiter_max = tonumber(ARGV[8]), limiter_duration = tonumber(ARGV[9]), name = ARGV[10],
+  })
+end
+if any_delayed then
+  refresh_delay_marker(k.marker, k.delayed)
+end
+if #items > 0 and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 then
+  if redis.call("LLEN", k.wait) == 0 and redis.call("LLEN", k.active) == 0
+    and redis.call("ZCARD", k.prioritized) == 0 then
+    redis.call("XADD", k.events, "*", "event", "drained")
+  end
+end
+return {codes, fetched[1], fetched[2], fetched[3]}

@@ -1,0 +1,130 @@
+-- Taking jobs for a worker: promotion of due delayed jobs, rate limit, global concurrency,
+-- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common".
+
+-- Move delayed jobs that are due (score <= (now+1)*4096-1) to wait / prioritized.
+local function promote_due_delayed(base, k_delayed, k_wait, k_prioritized, k_pc, k_events,
+                                   k_marker, now, blocked)
+  local ids = redis.call("ZRANGEBYSCORE", k_delayed, 0, score_str((now + 1) * 4096 - 1),
+    "LIMIT", 0, 1000)
+  if #ids == 0 then
+    return
+  end
+  redis.call("ZREM", k_delayed, unpack(ids))
+  for _, id in ipairs(ids) do
+    local job_key = base .. id
+    local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
+    if priority == 0 then
+      redis.call("LPUSH", k_wait, id)
+    else
+      add_prioritized(k_prioritized, k_pc, priority, id)
+    end
+    redis.call("XADD", k_events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
+    redis.call("HSET", job_key, "delay", 0)
+  end
+  if not blocked then
+    add_base_marker(k_marker)
+  end
+end
+
+-- Pop the next job id: the tail of wait first, then the lowest score of prioritized.
+local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
+  local id = redis.call("RPOPLPUSH", k_wait, k_active)
+  if id and string.sub(id, 1, 2) == "0:" then
+    -- a pre-v5 delay marker left in the list
+    redis.call("LREM", k_active, 1, id)
+    id = redis.call("RPOPLPUSH", k_wait, k_active)
+  end
+  if id then
+    return id
+  end
+  local top = redis.call("ZPOPMIN", k_prioritized)
+  if top[1] then
+    redis.call("LPUSH", k_active, top[1])
+    return top[1]
+  end
+  redis.call("DEL", k_pc)
+  return nil
+end
+
+-- The rate-limit TTL when the window is full, else 0 (an expired window is deleted).
+local function rate_limit_ttl(k_limiter, max_jobs)
+  if not max_jobs then
+    return 0
+  end
+  local count = tonumber(redis.call("GET", k_limiter)) or 0
+  if count >= max_jobs then
+    local ttl = redis.call("PTTL", k_limiter)
+    if ttl == 0 then
+      redis.call("DEL", k_limiter)
+    elseif ttl > 0 then
+      return ttl
+    end
+  end
+  return 0
+end
+
+-- Take up to `count` jobs. `w` holds the worker's parameters:
+-- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name.
+-- Returns {flat {id, token, hash, id, token, hash, ...}, rate_limit_ttl, next_delayed_due}.
+local function fetch_jobs(base, k, now, count, w)
+  local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
+  local concurrency = tonumber(meta[2])
+  local blocked = meta[1] ~= false
+    or (concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency)
+  promote_due_delayed(base, k.delayed, k.wait, k.prioritized, k.pc, k.events, k.marker, now,
+    blocked)
+
+  local max_jobs = tonumber(meta[3]) or w.limiter_max
+  local duration = w.limiter_duration or tonumber(meta[4])
+  local taken = {}
+  local ttl = rate_limit_ttl(k.limiter, max_jobs)
+  if ttl > 0 then
+    return {taken, ttl, 0}
+  end
+  if meta[1] or count <= 0 then
+    return {taken, 0, 0}
+  end
+  for i = 1, count do
+    if concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency then
+      break
+    end
+    if i > 1 then
+      ttl = rate_limit_ttl(k.limiter, max_jobs)
+      if ttl > 0 then
+        break
+      end
+    end
+    local id = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+    if not id then
+      break
+    end
+    local job_key = base .. id
+    if max_jobs and redis.call("HEXISTS", job_key, "defa") == 0 then
+      if redis.call("INCR", k.limiter) == 1 then
+        redis.call("PEXPIRE", k.limiter, math.floor(math.abs(duration or 0)))
+      end
+    end
+    local token = w.token_prefix .. int_str(w.token_start + i - 1)
+    redis.call("SET", job_key .. ":lock", token, "PX", w.lock_ms)
+    redis.call("XADD", k.events, "*", "event", "active", "jobId", id, "prev", "waiting")
+    if w.name ~= "" then
+      redis.call("HSET", job_key, "processedOn", now, "pb", w.name)
+    else
+      redis.call("HSET", job_key, "processedOn", now)
+    end
+    redis.call("HINCRBY", job_key, "ats", 1)
+    taken[#taken + 1] = id
+    taken[#taken + 1] = token
+    taken[#taken + 1] = redis.call("HGETALL", job_key)
+  end
+  if #taken > 0 then
+    add_base_marker(k.marker)
+    return {taken, ttl, 0}
+  end
+  local first = redis.call("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
+  local next_due = 0
+  if first[1] then
+    next_due = math.floor(tonumber(first[2]) / 4096)
+  end
+  return {taken, 0, next_due}
+end

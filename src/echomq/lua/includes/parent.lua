@@ -1,0 +1,108 @@
+-- Flow bookkeeping on a parent when a child leaves (completes, fails, is removed).
+-- Needs "common". A parent may live in another queue: its keys are derived from its queueKey.
+
+-- Move a parent out of waiting-children into delayed / wait / prioritized of its queue.
+local function release_parent(parent_queue_key, parent_id, now)
+  local pb = parent_queue_key .. ":"
+  local parent_key = pb .. parent_id
+  local k_meta = pb .. "meta"
+  local k_events = pb .. "events"
+  local k_marker = pb .. "marker"
+  redis.call("ZREM", pb .. "waiting-children", parent_id)
+  local fields = redis.call("HMGET", parent_key, "priority", "delay")
+  local priority = tonumber(fields[1]) or 0
+  local delay = tonumber(fields[2]) or 0
+  if delay > 0 then
+    local due = now + delay
+    redis.call("ZADD", pb .. "delayed", score_str(due * 4096), parent_id)
+    redis.call("XADD", k_events, "*", "event", "delayed", "jobId", parent_id,
+      "delay", int_str(due))
+    refresh_delay_marker(k_marker, pb .. "delayed")
+    return
+  end
+  if priority == 0 then
+    redis.call("RPUSH", pb .. "wait", parent_id)
+  else
+    add_prioritized(pb .. "prioritized", pb .. "pc", priority, parent_id)
+  end
+  if not paused_or_maxed(k_meta, pb .. "active") then
+    add_base_marker(k_marker)
+  end
+  redis.call("XADD", k_events, "*", "event", "waiting", "jobId", parent_id,
+    "prev", "waiting-children")
+end
+
+local function parent_is_waiting(parent_queue_key, parent_id)
+  return redis.call("ZSCORE", parent_queue_key .. ":waiting-children", parent_id) ~= false
+end
+
+-- Parse the child's `parent` JSON (falls back to its parentKey for the id and queue).
+local function parent_of(parent_key, parent_json)
+  local p = {}
+  if parent_json and parent_json ~= "" then
+    local ok, decoded = pcall(cjson.decode, parent_json)
+    if ok and type(decoded) == "table" then
+      p = decoded
+    end
+  end
+  if not p.id or not p.queueKey then
+    local queue_key, id = string.match(parent_key, "^(.*):([^:]+)$")
+    p.id = p.id or id
+    p.queueKey = p.queueKey or queue_key
+  end
+  return p
+end
+
+-- A child completed: record its return value and release the parent when it was the last.
+local function child_completed(job_key, parent_key, parent_json, return_value, now)
+  local p = parent_of(parent_key, parent_json)
+  local deps = parent_key .. ":dependencies"
+  if redis.call("SREM", deps, job_key) == 1 then
+    redis.call("HSET", parent_key .. ":processed", job_key, return_value)
+    if redis.call("SCARD", deps) == 0 and parent_is_waiting(p.queueKey, p.id) then
+      release_parent(p.queueKey, p.id, now)
+    end
+  end
+end
+
+-- A child failed for good: apply the failure flag stored in its `parent` field.
+local function child_failed(job_key, parent_key, parent_json, reason, now)
+  local p = parent_of(parent_key, parent_json)
+  local deps = parent_key .. ":dependencies"
+  if not (p.fpof or p.cpof or p.idof or p.rdof) then
+    return
+  end
+  if redis.call("SREM", deps, job_key) == 0 then
+    return
+  end
+  local waiting = parent_is_waiting(p.queueKey, p.id)
+  if p.fpof then
+    redis.call("ZADD", parent_key .. ":unsuccessful", now, job_key)
+    local defa = "child " .. job_key .. " failed"
+    local pb = p.queueKey .. ":"
+    if waiting then
+      redis.call("HSET", parent_key, "defa", defa)
+      release_parent(p.queueKey, p.id, now)
+    elseif redis.call("ZREM", pb .. "delayed", p.id) == 1 then
+      redis.call("HSET", parent_key, "defa", defa, "delay", 0)
+      redis.call("ZADD", pb .. "waiting-children", now, p.id)
+      release_parent(p.queueKey, p.id, now)
+    elseif redis.call("ZSCORE", pb .. "failed", p.id) == false then
+      redis.call("HSET", parent_key, "defa", defa)
+    end
+  elseif p.cpof then
+    redis.call("HSET", parent_key .. ":failed", job_key, reason)
+    if waiting then
+      release_parent(p.queueKey, p.id, now)
+    end
+  elseif p.idof then
+    redis.call("HSET", parent_key .. ":failed", job_key, reason)
+    if waiting and redis.call("SCARD", deps) == 0 then
+      release_parent(p.queueKey, p.id, now)
+    end
+  elseif p.rdof then
+    if waiting and redis.call("SCARD", deps) == 0 then
+      release_parent(p.queueKey, p.id, now)
+    end
+  end
+end

@@ -1,0 +1,191 @@
+"""Worker-side protocol operations: take jobs, finish them, renew locks, recover stalled jobs.
+
+``finish_and_fetch`` is the worker's hot path: one script call records the outcome of any
+number of active jobs and takes the next ones, with the key effects of BullMQ's
+moveToFinished / retryJob / moveToDelayed / moveToActive applied per job (CORE.md 7.5-7.8).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import scripts
+from ..protocol.keys import QueueKeys
+from ._base import ScriptOp, flat_to_dict, to_str
+
+#: Item kinds of finishAndFetch.
+COMPLETE = "C"
+FAIL = "F"
+RETRY = "R"
+DELAY = "D"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@dataclass(frozen=True, slots=True)
+class FetchParams:
+    """What the fetch half of a call needs to know about the worker."""
+
+    token_prefix: str
+    lock_ms: int
+    limiter_max: int | None = None
+    limiter_duration_ms: int | None = None
+    name: str = ""
+    metrics_max_points: int | None = None
+
+
+@dataclass(slots=True)
+class Fetched:
+    """One job taken for processing: its id, lock token and hash."""
+
+    id: str
+    token: str
+    hash: dict[str, str]
+
+
+@dataclass(slots=True)
+class FinishReply:
+    """The reply of finishAndFetch."""
+
+    codes: list[int]
+    jobs: list[Fetched]
+    rate_limit_ttl_ms: int
+    next_delayed_ms: int
+
+
+def finish_item(
+    kind: str,
+    job_id: str,
+    token: str,
+    value: str = "",
+    *,
+    attempts: int = 0,
+    keep: dict[str, int] | None = None,
+    fields: Sequence[str] = (),
+    delay_ms: int = 0,
+    flag: bool = False,
+) -> list[Any]:
+    """One item of a finishAndFetch call (see the script header for the layout)."""
+    keep = keep or {"count": -1}
+    return [
+        kind,
+        job_id,
+        token,
+        value,
+        attempts,
+        keep.get("count", -1),
+        keep.get("age", ""),
+        keep.get("limit", ""),
+        list(fields),
+        delay_ms,
+        1 if flag else 0,
+    ]
+
+
+def _parse_reply(reply: Any) -> FinishReply:
+    codes = [int(c) for c in reply[0]]
+    flat = reply[1]
+    jobs = [
+        Fetched(to_str(flat[i]), to_str(flat[i + 1]), flat_to_dict(flat[i + 2]))
+        for i in range(0, len(flat), 3)
+    ]
+    return FinishReply(codes, jobs, int(reply[2]), int(reply[3]))
+
+
+def finish_and_fetch(
+    keys: QueueKeys,
+    items: Sequence[list[Any]],
+    fetch: int,
+    token_start: int,
+    params: FetchParams,
+    now: int,
+) -> ScriptOp[FinishReply]:
+    """Record ``items`` then take up to ``fetch`` jobs, in one script call."""
+    return ScriptOp(
+        scripts.get("finishAndFetch"),
+        [
+            keys.wait,
+            keys.active,
+            keys.prioritized,
+            keys.events,
+            keys.stalled,
+            keys.limiter,
+            keys.delayed,
+            keys.meta,
+            keys.pc,
+            keys.marker,
+            keys.completed,
+            keys.failed,
+            keys.metrics_completed,
+            keys.metrics_failed,
+        ],
+        [
+            keys.base,
+            now,
+            _dumps(items) if items else "[]",
+            fetch,
+            params.token_prefix,
+            token_start,
+            params.lock_ms,
+            "" if params.limiter_max is None else params.limiter_max,
+            "" if params.limiter_duration_ms is None else params.limiter_duration_ms,
+            params.name,
+            "" if params.metrics_max_points is None else params.metrics_max_points,
+        ],
+        _parse_reply,
+    )
+
+
+def extend_locks(
+    keys: QueueKeys, job_ids: Sequence[str], tokens: Sequence[str], lock_ms: int
+) -> ScriptOp[list[str]]:
+    """Renew the locks of many jobs; the reply lists the ids that could not be renewed."""
+    return ScriptOp(
+        scripts.get("extendLocks"),
+        [keys.stalled],
+        [keys.base, lock_ms, *[v for pair in zip(job_ids, tokens) for v in pair]],
+        lambda reply: [to_str(x) for x in reply],
+    )
+
+
+def move_stalled_jobs_to_wait(
+    keys: QueueKeys, max_stalled_count: int, stalled_interval_ms: int, now: int
+) -> ScriptOp[list[str]]:
+    """The fleet-wide stalled check (CORE.md 7.10); returns the recovered ids."""
+    return ScriptOp(
+        scripts.get("moveStalledJobsToWait"),
+        [
+            keys.stalled,
+            keys.wait,
+            keys.active,
+            keys.stalled_check,
+            keys.meta,
+            keys.marker,
+            keys.events,
+            keys.repeat,
+        ],
+        [keys.base, max_stalled_count, now, stalled_interval_ms],
+        lambda reply: [to_str(x) for x in reply],
+    )
+
+
+def move_job_from_active_to_wait(keys: QueueKeys, job_id: str, token: str) -> ScriptOp[int]:
+    """Put a rate-limited job back at the front (CORE.md 7.9); returns the limiter TTL."""
+    return ScriptOp(
+        scripts.get("moveJobFromActiveToWait"),
+        [
+            keys.active,
+            keys.wait,
+            keys.stalled,
+            keys.meta,
+            keys.limiter,
+            keys.prioritized,
+            keys.marker,
+            keys.events,
+        ],
+        [keys.base, job_id, token],
+        lambda reply: int(reply),
+    )

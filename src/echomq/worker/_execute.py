@@ -1,0 +1,196 @@
+"""Running one job, as a pipeline of small steps (take, check, run, decide, record, log).
+
+The outcome of a job becomes one finishAndFetch item handed to the finisher, so that a
+completion and the next fetch share one script call. Control exceptions raised by processors
+(:class:`~echomq.ProcessorSignal`) steer the worker instead of failing the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import (
+    DelayedError,
+    EchoMQError,
+    PayloadError,
+    RateLimitError,
+    UnrecoverableError,
+    WaitingChildrenError,
+)
+from ..job import Job
+from ..ops import worker as wops
+from ..options import WorkerOptions
+from ..protocol import codes, fields
+from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
+
+logger = logging.getLogger("echomq.worker")
+
+
+class Processor(Protocol):
+    """A job processor: ``async def f(job)`` or ``def f(job)`` returning a JSON value."""
+
+    def __call__(self, job: Job, /) -> Any: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to a job: the finish item to record, if any, and how to log it."""
+
+    item: list[Any] | None
+    status: str
+    detail: str = ""
+
+
+class JobRunner:
+    """Runs processors and turns their result into a finishAndFetch item."""
+
+    def __init__(
+        self,
+        processor: Processor,
+        options: WorkerOptions,
+        backoff_strategy: BackoffStrategy | None,
+        executor: Executor | None,
+        rate_limited: Callable[[Job, str], Awaitable[None]],
+    ) -> None:
+        self._processor = processor
+        self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
+            getattr(processor, "__call__", None)  # noqa: B004
+        )
+        self._options = options
+        self._backoff = backoff_strategy
+        self._executor = executor
+        self._rate_limited = rate_limited
+
+    async def _call_processor(self, job: Job) -> Any:
+        if self._is_async:
+            return await self._processor(job)
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._executor, functools.partial(ctx.run, self._processor, job)
+        )
+
+    def _keep(self, job: Job, completed: bool) -> dict[str, int]:
+        wire_name = "removeOnComplete" if completed else "removeOnFail"
+        own = job.wire_options.get(wire_name)
+        if own is not None:
+            retention = fields.retention_from_wire(own)
+            if retention is not None:
+                return fields.keep_jobs_to_wire(retention)
+        default = self._options.remove_on_complete if completed else self._options.remove_on_fail
+        return fields.keep_jobs_to_wire(default)
+
+    def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, list[str]]:
+        reason = str(error) or type(error).__name__
+        stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        stacktrace = [*job.stacktrace, stack.rstrip("\n")]
+        limit = job.wire_options.get("stackTraceLimit")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+            stacktrace = stacktrace[-limit:] if limit else []
+        job.stacktrace = stacktrace
+        return reason, [
+            fields.FAILED_REASON,
+            reason,
+            fields.STACKTRACE,
+            fields.dumps(stacktrace),
+        ]
+
+    def _fail(self, job: Job, token: str, error: BaseException) -> Outcome:
+        reason, update = self._failure_fields(job, error)
+        item = wops.finish_item(
+            wops.FAIL,
+            job.id,
+            token,
+            reason,
+            attempts=job.attempts,
+            keep=self._keep(job, completed=False),
+            fields=update,
+        )
+        return Outcome(item, "failed", reason)
+
+    async def run(self, job: Job, token: str) -> Outcome:
+        """Run ``job`` (already active, locked with ``token``) and decide its outcome."""
+        if job.deferred_failure is not None:
+            return self._fail(job, token, UnrecoverableError(job.deferred_failure))
+        limit = self._options.max_started_attempts
+        if limit is not None and job.attempts_started > limit:
+            return self._fail(job, token, UnrecoverableError(codes.STARTED_TOO_MANY))
+        try:
+            result = await self._call_processor(job)
+        except (DelayedError, WaitingChildrenError) as exc:
+            return Outcome(None, "moved", type(exc).__name__)
+        except RateLimitError:
+            await self._rate_limited(job, token)
+            return Outcome(None, "rate-limited")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a processor failure, whatever its type
+            return await self._on_error(job, token, exc)
+        try:
+            value = fields.dumps(result, "return value")
+        except PayloadError as exc:
+            return self._fail(job, token, UnrecoverableError(str(exc)))
+        job.return_value = result
+        item = wops.finish_item(
+            wops.COMPLETE,
+            job.id,
+            token,
+            value,
+            attempts=job.attempts,
+            keep=self._keep(job, completed=True),
+        )
+        return Outcome(item, "completed")
+
+    async def _on_error(self, job: Job, token: str, error: Exception) -> Outcome:
+        attempts_made = job.attempts_made + 1
+        if isinstance(error, UnrecoverableError) or attempts_made >= job.attempts:
+            return self._fail(job, token, error)
+        try:
+            delay = await retry_delay_ms(job, error, attempts_made, self._backoff)
+        except EchoMQError as exc:
+            logger.error("%s", exc)
+            return self._fail(job, token, error)
+        if delay == NO_RETRY:
+            return self._fail(job, token, error)
+        reason, update = self._failure_fields(job, error)
+        if delay > 0:
+            item = wops.finish_item(wops.DELAY, job.id, token, fields=update, delay_ms=delay)
+            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)")
+        lifo = job.wire_options.get("lifo") is True
+        item = wops.finish_item(wops.RETRY, job.id, token, fields=update, flag=lifo)
+        return Outcome(item, "retry", reason)
+
+
+def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
+    """One INFO line per job transition, with the same facts in ``extra``."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    duration = time.monotonic() - started
+    logger.info(
+        "queue=%s job=%s name=%s attempt=%d %s in %.3fs%s",
+        queue,
+        job.id,
+        job.name,
+        job.attempts_made + 1,
+        outcome.status,
+        duration,
+        f": {outcome.detail}" if outcome.detail else "",
+        extra={
+            "queue": queue,
+            "job_id": job.id,
+            "job_name": job.name,
+            "attempt": job.attempts_made + 1,
+            "status": outcome.status,
+            "duration": duration,
+        },
+    )

@@ -1,0 +1,53 @@
+"""Waiting for work: the one place a worker blocks (BZPOPMIN on the queue's marker key).
+
+Idle workers do not poll: they block on the marker ZSET on a dedicated connection, named so
+that ``get_workers`` (ours and Node's) can count them. A popped ``"0"`` means "a job is ready";
+a popped ``"1"`` carries the due time of the earliest delayed job (CORE.md 6).
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio
+
+from ..ops import to_str
+from ..protocol.keys import QueueKeys
+
+#: Longest single block; Node caps its delayed waits at 10 s as well.
+MAX_BLOCK = 10.0
+#: Shortest block Redis >= 7.0.8 accepts as a real timeout (0 would block forever).
+MIN_BLOCK = 0.002
+
+
+class MarkerWaiter:
+    """Blocks on the marker key until a job may be ready."""
+
+    def __init__(self, keys: QueueKeys, client: redis.asyncio.Redis, drain_delay: float) -> None:
+        self._keys = keys
+        self._client = client
+        self._drain_delay = drain_delay
+
+    async def wait(self, next_delayed_ms: int = 0) -> None:
+        """Return when a job is (probably) ready, or after the drain delay / next due time."""
+        deadline = time.time() + self._drain_delay
+        if next_delayed_ms > 0:
+            deadline = min(deadline, next_delayed_ms / 1000)
+        while True:
+            timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
+            popped = await self._client.bzpopmin(self._keys.marker, timeout)
+            if popped is None:
+                if time.time() >= deadline - 0.001:
+                    return
+                continue
+            member, score = to_str(popped[1]), float(popped[2])
+            if member != "1":
+                return
+            due = score / 1000
+            if due <= time.time() + 0.001:
+                return
+            deadline = min(deadline, due)
+
+    async def aclose(self) -> None:
+        """Close the blocking connection."""
+        await self._client.aclose()

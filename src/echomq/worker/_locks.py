@@ -1,0 +1,65 @@
+"""Lock renewal: every interval, all locks of a worker are renewed in one script call.
+
+A lock that could not be renewed is reported; the job keeps running (as in Node) and its
+finish will be refused by the script, after which the stalled checker deals with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio
+
+from ..ops import worker as wops
+from ..protocol.keys import QueueKeys
+from ._retry import TRANSIENT
+
+logger = logging.getLogger("echomq.worker")
+
+
+class LockRenewer:
+    """Renews the locks returned by ``held()`` (job id -> token) every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        keys: QueueKeys,
+        client: Callable[[], redis.asyncio.Redis],
+        held: Callable[[], dict[str, str]],
+        lock_ms: int,
+        interval: float,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self._keys = keys
+        self._client = client
+        self._held = held
+        self._lock_ms = lock_ms
+        self._interval = interval
+        self._on_lost = on_lost
+
+    async def renew_once(self) -> list[str]:
+        """Renew every held lock now; returns the ids whose lock was lost."""
+        held = self._held()
+        if not held:
+            return []
+        ids = list(held)
+        op = wops.extend_locks(self._keys, ids, [held[i] for i in ids], self._lock_ms)
+        lost = await op.run(self._client())
+        for job_id in lost:
+            logger.warning(
+                "queue=%s job=%s lock could not be renewed; another worker may take it",
+                self._keys.name,
+                job_id,
+            )
+            self._on_lost(job_id)
+        return lost
+
+    async def run(self) -> None:
+        """Renew forever (until cancelled)."""
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.renew_once()
+            except TRANSIENT as exc:
+                logger.warning("lock renewal failed (%s: %s); will retry", type(exc).__name__, exc)

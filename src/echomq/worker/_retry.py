@@ -1,0 +1,56 @@
+"""Retrying Redis calls of the worker's loops: log, back off, try again; never die silently."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from redis.exceptions import RedisError
+
+logger = logging.getLogger("echomq.worker")
+T = TypeVar("T")
+
+#: Errors a worker loop survives: the server went away, restarted, killed a connection,
+#: or a script failed. Anything else is a bug and propagates.
+TRANSIENT = (RedisError, OSError, asyncio.TimeoutError)
+
+
+class Backoff:
+    """Exponential backoff between retries of a failing Redis call, reset on success."""
+
+    def __init__(self, first: float = 0.05, cap: float = 5.0) -> None:
+        self._first = first
+        self._cap = cap
+        self._next = first
+
+    def reset(self) -> None:
+        """Forget past failures."""
+        self._next = self._first
+
+    async def sleep(self) -> None:
+        """Wait the current delay, then double it up to the cap."""
+        delay, self._next = self._next, min(self._next * 2, self._cap)
+        await asyncio.sleep(delay)
+
+
+async def retrying(
+    what: str,
+    call: Callable[[], Awaitable[T]],
+    is_stopping: Callable[[], bool],
+    backoff: Backoff | None = None,
+) -> T | None:
+    """Run ``call`` until it succeeds; None if the worker began stopping meanwhile."""
+    backoff = backoff or Backoff()
+    while True:
+        try:
+            result = await call()
+        except TRANSIENT as exc:
+            if is_stopping():
+                return None
+            logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
+            await backoff.sleep()
+            continue
+        backoff.reset()
+        return result

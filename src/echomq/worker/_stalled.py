@@ -1,0 +1,60 @@
+"""Stalled recovery: periodically move jobs whose workers died back to wait.
+
+The script itself throttles to one effective check per interval across the fleet
+(the ``stalled-check`` key), so every worker may run this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio
+
+from ..ops import now_ms
+from ..ops import worker as wops
+from ..protocol.keys import QueueKeys
+from ._retry import TRANSIENT
+
+logger = logging.getLogger("echomq.worker")
+
+
+class StalledChecker:
+    """Runs the stalled check at start and then every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        keys: QueueKeys,
+        client: Callable[[], redis.asyncio.Redis],
+        interval: float,
+        max_stalled_count: int,
+    ) -> None:
+        self._keys = keys
+        self._client = client
+        self._interval = interval
+        self._max = max_stalled_count
+
+    async def check_once(self) -> list[str]:
+        """Run one check; returns the ids moved back to wait."""
+        op = wops.move_stalled_jobs_to_wait(
+            self._keys, self._max, round(self._interval * 1000), now_ms()
+        )
+        recovered = await op.run(self._client())
+        for job_id in recovered:
+            logger.warning(
+                "queue=%s job=%s stalled (its worker lost the lock); moved back to wait",
+                self._keys.name,
+                job_id,
+                extra={"queue": self._keys.name, "job_id": job_id, "status": "stalled"},
+            )
+        return recovered
+
+    async def run(self) -> None:
+        """Check forever (until cancelled)."""
+        while True:
+            try:
+                await self.check_once()
+            except TRANSIENT as exc:
+                logger.warning("stalled check failed (%s: %s)", type(exc).__name__, exc)
+            await asyncio.sleep(self._interval)
