@@ -5,6 +5,7 @@
   unchanged (TTLs are not part of the snapshot).
 - :func:`wait_for` polls a condition against a deadline; tests synchronise on it instead of
   sleeping.
+- :func:`close_sync_cluster` closes a sync ``RedisCluster`` without leaking sockets.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import redis
 import redis.asyncio
+import redis.cluster
 
 T = TypeVar("T")
 
@@ -69,12 +71,30 @@ def snapshot_sync(r: redis.Redis) -> Snapshot:
     return result
 
 
+@overload
 async def wait_for(
-    predicate: Callable[[], Awaitable[T] | T],
+    predicate: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], T],
+    timeout: float = ...,
+    interval: float = ...,
+    message: str | None = ...,
+) -> T: ...
+
+
+async def wait_for(
+    predicate: Callable[[], object],
     timeout: float = 5.0,
     interval: float = 0.01,
     message: str | None = None,
-) -> T:
+) -> object:
     """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass.
 
     Args:
@@ -103,3 +123,19 @@ async def wait_for(
                 f"condition {name} still false after {timeout}s (last result {result!r}){detail}"
             )
         await asyncio.sleep(interval)
+
+
+def close_sync_cluster(cluster: redis.cluster.RedisCluster) -> None:
+    """Close a sync ``RedisCluster`` and every node connection it opened.
+
+    redis-py 8.1's ``RedisCluster.close()`` leaves the per-node connection pools connected, which
+    ``filterwarnings = error`` reports as an unclosed-socket ResourceWarning.
+
+    Args:
+        cluster: The client to close.
+    """
+    nodes = list(cluster.nodes_manager.nodes_cache.values())
+    cluster.close()
+    for node in nodes:
+        if node.redis_connection is not None:
+            node.redis_connection.connection_pool.disconnect()

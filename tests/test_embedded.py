@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 from redis import Redis as SyncRedis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 import echomq.embedded as embedded
 from echomq.embedded import (
@@ -21,6 +24,7 @@ from echomq.embedded import (
     find_redis_server,
     stop_embedded_server,
 )
+from helpers import close_sync_cluster, snapshot, snapshot_sync, wait_for
 
 # Lets a child interpreter import the same echomq as this test run (installed or src/).
 PACKAGE_ROOT = str(Path(embedded.__file__).resolve().parents[1])
@@ -85,7 +89,7 @@ def _ensure_in_subprocess(directory: Path) -> subprocess.Popen[str]:
 
 
 def _communicate(process: subprocess.Popen[str]) -> str:
-    out, err = process.communicate(timeout=30)
+    out, err = process.communicate(timeout=50)
     assert process.returncode == 0, err
     return out.strip()
 
@@ -291,14 +295,74 @@ def test_cluster_fixture_spreads_slots_over_three_masters(redis_cluster: list[st
     assert len(redis_cluster) == 3
     cluster = RedisCluster.from_url(redis_cluster[0])
     try:
-        masters = {node.name for node in cluster.get_primaries()}
-        assert len(masters) == 3
+        slots = cluster.nodes_manager.slots_cache
+        assert len(slots) == 16384
+        assert len({nodes[0].name for nodes in slots.values()}) == 3
         owners = set()
         for tag in ("a", "b", "c", "d", "e", "f", "g", "h"):
             key = f"{{{tag}}}:k"
             cluster.set(key, tag)
             assert cluster.get(key) == tag.encode()
-            owners.add(cluster.get_node_from_key(key).name)
+            owners.add(slots[key_slot(key.encode())][0].name)
         assert len(owners) > 1
     finally:
-        cluster.close()
+        close_sync_cluster(cluster)
+
+
+async def test_cluster_fixture_with_async_client(redis_cluster: list[str]) -> None:
+    cluster = AsyncRedisCluster.from_url(redis_cluster[1])
+    try:
+        await cluster.set("{x}:async", "1")
+        assert await cluster.get("{x}:async") == b"1"
+        assert len(cluster.get_primaries()) == 3
+    finally:
+        await cluster.aclose()
+
+
+async def test_client_fixtures_share_the_session_server(
+    redis: AsyncRedis, redis_decoded: AsyncRedis, sync_redis: SyncRedis, queue_name: str
+) -> None:
+    await redis.set(f"{queue_name}:k", "v")
+    assert await redis.get(f"{queue_name}:k") == b"v"
+    assert await redis_decoded.get(f"{queue_name}:k") == "v"
+    assert sync_redis.get(f"{queue_name}:k") == b"v"
+    assert queue_name.startswith("q-")
+
+
+async def test_snapshot_sees_every_change(redis: AsyncRedis, queue_name: str) -> None:
+    await redis.hset(f"{queue_name}:h", mapping={"a": "1"})
+    await redis.rpush(f"{queue_name}:l", "x")
+    before = await snapshot(redis)
+    assert before[f"{queue_name}:h".encode()][0] == b"hash"
+    assert await snapshot(redis) == before
+
+    await redis.hset(f"{queue_name}:h", "a", "2")
+    assert await snapshot(redis) != before
+
+
+async def test_snapshot_twins_agree(
+    redis: AsyncRedis, redis_decoded: AsyncRedis, sync_redis: SyncRedis, queue_name: str
+) -> None:
+    await redis.set(f"{queue_name}:s", b"\xff\x00")
+    raw = await snapshot(redis)
+    assert await snapshot(redis_decoded) == raw
+    assert snapshot_sync(sync_redis) == raw
+
+
+async def test_wait_for_returns_first_truthy_result() -> None:
+    calls = []
+
+    async def ready() -> int:
+        calls.append(1)
+        return len(calls) if len(calls) >= 3 else 0
+
+    assert await wait_for(ready) == 3
+    assert await wait_for(lambda: "sync ok") == "sync ok"
+
+
+async def test_wait_for_fails_with_a_message() -> None:
+    async def never_true() -> bool:
+        return False
+
+    with pytest.raises(AssertionError, match="never_true still false.*queue drained"):
+        await wait_for(never_true, timeout=0.05, message="queue drained")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import threading
@@ -249,7 +248,3 @@ async def drive_async_worker(
 
 def chunks(n: int, size: int) -> list[range]:
     return [range(s, min(n, s + size)) for s in range(0, n, size)]
-
-
-def pid() -> int:
-    return os.getpid()

@@ -63,8 +63,9 @@ class AsyncConn:
         client = self.client
         pool = client.connection_pool
         kwargs = {**pool.connection_kwargs, **overrides}
-        return redis.asyncio.Redis(
-            connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs)
+        # from_pool: the new client owns its pool and closes it with itself.
+        return redis.asyncio.Redis.from_pool(
+            pool.__class__(connection_class=pool.connection_class, **kwargs)
         )
 
     async def aclose(self) -> None:

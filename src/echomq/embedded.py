@@ -212,21 +212,23 @@ def _check_unix_path(path: Path) -> None:
         )
 
 
-def _base_args(executable: str, data_dir: Path, *, appendonly: bool, log_path: Path) -> list[str]:
-    # --save "" disables RDB snapshots: persistence, when wanted, is AOF only.
-    return [
-        executable,
-        "--dir",
-        str(data_dir),
-        "--save",
-        "",
-        "--appendonly",
-        "yes" if appendonly else "no",
-        "--appendfsync",
-        "everysec",
-        "--logfile",
-        str(log_path),
-    ]
+def _command(executable: str, options: dict[str, str], extra: Sequence[str] = ()) -> list[str]:
+    """Build a ``redis-server`` argv from ``{option: value}`` pairs plus raw extra arguments."""
+    args = [executable]
+    for key, value in options.items():
+        args += [f"--{key}", value]
+    return args + list(extra)
+
+
+def _base_options(data_dir: Path, *, appendonly: bool, log_path: Path) -> dict[str, str]:
+    # save "" disables RDB snapshots: persistence, when wanted, is AOF only.
+    return {
+        "dir": str(data_dir),
+        "save": "",
+        "appendonly": "yes" if appendonly else "no",
+        "appendfsync": "everysec",
+        "logfile": str(log_path),
+    }
 
 
 # --------------------------------------------------------------------------- RedisServer
@@ -425,18 +427,15 @@ class RedisServer:
 
     def _args(self) -> list[str]:
         assert self._executable is not None and self._data_dir is not None
-        args = _base_args(
-            self._executable, self._data_dir, appendonly=self._appendonly, log_path=self.log_path
-        )
-        args += ["--daemonize", "no"]
+        options = _base_options(self._data_dir, appendonly=self._appendonly, log_path=self.log_path)
+        options["daemonize"] = "no"
         if self._unix_socket is not None:
-            args += ["--port", "0", "--unixsocket", str(self._unix_socket)]
-            args += ["--unixsocketperm", "700"]
+            options.update(port="0", unixsocket=str(self._unix_socket), unixsocketperm="700")
         else:
-            args += ["--port", str(self._port), "--bind", "127.0.0.1"]
+            options.update(port=str(self._port), bind="127.0.0.1")
         if self._cluster:
-            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        return args + self._extra_args
+            options.update({"cluster-enabled": "yes", "cluster-config-file": "nodes.conf"})
+        return _command(self._executable, options, self._extra_args)
 
     def _launch_and_wait(self, *, port_picked: bool) -> None:
         log_path = self.log_path
@@ -593,19 +592,10 @@ def _wait_ready(sock: Path, deadline: float, log_path: Path) -> None:
 def _launch_daemon(data_dir: Path, sock: Path, executable: str) -> None:
     """Start a detached, daemonized redis-server that outlives this process."""
     log_path = data_dir / _LOGFILE_NAME
-    args = _base_args(executable, data_dir, appendonly=True, log_path=log_path)
-    args += [
-        "--port",
-        "0",
-        "--unixsocket",
-        str(sock),
-        "--unixsocketperm",
-        "700",
-        "--daemonize",
-        "yes",
-        "--pidfile",
-        str(data_dir / _PIDFILE_NAME),
-    ]
+    options = _base_options(data_dir, appendonly=True, log_path=log_path)
+    options.update(port="0", unixsocket=str(sock), unixsocketperm="700", daemonize="yes")
+    options["pidfile"] = str(data_dir / _PIDFILE_NAME)
+    args = _command(executable, options)
     with contextlib.suppress(FileNotFoundError):
         sock.unlink()  # stale socket of a server that died without cleaning up
     with open(log_path, "ab") as log:

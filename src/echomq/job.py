@@ -12,12 +12,15 @@ import enum
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .options import JobOptions
-from .protocol import fields
+from . import ops
+from .errors import error_for_code
+from .options import Duration, JobOptions, to_seconds
+from .protocol import codes, fields
 from .protocol.keys import QueueKeys
 
 if TYPE_CHECKING:
     from ._connection import AsyncConn
+    from .events import QueueEvents
 
 
 class JobState(str, enum.Enum):
@@ -154,6 +157,7 @@ class Job(JobData):
 
     _keys: QueueKeys | None = dataclasses.field(default=None, repr=False)
     _conn: AsyncConn | None = dataclasses.field(default=None, repr=False)
+    _token: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_hash(
@@ -170,6 +174,38 @@ class Job(JobData):
         job._conn = conn
         return job
 
+    @property
+    def token(self) -> str | None:
+        """The lock token of this job while a worker processes it (None otherwise)."""
+        return self._token
+
+    async def move_to_delayed(self, timestamp: datetime | float, token: str | None = None) -> None:
+        """From a processor: park this active job in delayed until ``timestamp``.
+
+        No attempt is counted. Raise :class:`~echomq.DelayedError` right after, so the worker
+        moves on without recording an outcome.
+
+        Args:
+            timestamp: when the job may run again (datetime or epoch seconds).
+            token: the lock token; defaults to the one the worker took the job with.
+
+        Raises:
+            LockError: the lock is no longer ours; JobNotInStateError: the job is not active.
+        """
+        from .ops import check_code, now_ms
+        from .ops import worker as wops
+        from .options import moment_to_ms
+
+        keys, client = self._bound()
+        lock = token or self._token or "0"
+        now = now_ms()
+        delay = max(moment_to_ms(timestamp, "timestamp") - now, 0)
+        item = wops.finish_item(wops.DELAY, self.id, lock, delay_ms=delay, flag=True)
+        params = wops.FetchParams(token_prefix="", lock_ms=0)
+        reply = await wops.finish_and_fetch(keys, [item], 0, 0, params, now).run(client)
+        check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
+        self.delay = delay / 1000
+
     def _bound(self) -> tuple[QueueKeys, Any]:
         if self._keys is None or self._conn is None:
             from .errors import ConnectionNotOpenError
@@ -178,3 +214,191 @@ class Job(JobData):
                 f"job {self.id} is not bound to a connection; read it through a Queue"
             )
         return self._keys, self._conn.client
+
+    async def get_state(self) -> JobState:
+        """The state the job is in now (``JobState.UNKNOWN`` once it was removed)."""
+        keys, client = self._bound()
+        return JobState(await ops.get_state(keys, self.id).run(client))
+
+    async def is_completed(self) -> bool:
+        """Whether the job is in the completed state."""
+        return await self.get_state() is JobState.COMPLETED
+
+    async def is_failed(self) -> bool:
+        """Whether the job is in the failed state."""
+        return await self.get_state() is JobState.FAILED
+
+    async def refresh(self) -> None:
+        """Read the job's fields again, in place.
+
+        Raises:
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, client = self._bound()
+        h = await ops.get_job_hash(keys, self.id).run(client)
+        if h is None:
+            raise error_for_code(codes.JOB_NOT_EXIST, job_id=self.id, command="refresh")
+        self._fill_from_hash(h)
+
+    async def get_logs(
+        self, start: int = 0, end: int = -1, asc: bool = True
+    ) -> tuple[list[str], int]:
+        """A slice of the job's log lines (oldest first unless ``asc`` is False) and their total."""
+        keys, client = self._bound()
+        return await ops.get_logs(keys, self.id, start, end, asc).run(client)
+
+    async def log(self, line: str) -> int:
+        """Append a line to the job's log, keeping only the newest ``keep_logs`` lines if set.
+
+        Returns:
+            How many lines the log holds now.
+
+        Raises:
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, client = self._bound()
+        kl = self.wire_options.get("kl")
+        keep = kl if isinstance(kl, int) and not isinstance(kl, bool) and kl > 0 else None
+        return await ops.add_log(keys, self.id, line, keep).run(client)
+
+    async def update_data(self, data: Any) -> None:
+        """Replace the job's payload (no event is emitted).
+
+        Raises:
+            PayloadError: ``data`` is not JSON-serialisable; nothing was written.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, client = self._bound()
+        await ops.update_data(keys, self.id, data).run(client)
+        self.data = data
+
+    async def update_progress(self, progress: float | dict[str, Any]) -> None:
+        """Record the job's progress (a number or a JSON object) and emit a ``progress`` event.
+
+        Raises:
+            ValidationError: ``progress`` is neither a number nor a JSON object.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, client = self._bound()
+        await ops.update_progress(keys, self.id, progress).run(client)
+        self.progress = progress
+
+    async def retry(
+        self,
+        state: str = "failed",
+        *,
+        reset_attempts_made: bool = False,
+        reset_attempts_started: bool = False,
+    ) -> None:
+        """Send a failed (or completed) job back to be processed again.
+
+        Its result fields, ``finished_on`` and ``processed_on`` are cleared; a job with a
+        priority goes to ``prioritized``, any other to ``wait`` (served next if it is lifo).
+
+        Args:
+            state: where the job is now: ``"failed"`` or ``"completed"``.
+            reset_attempts_made: also reset ``attempts_made`` to 0.
+            reset_attempts_started: also reset ``attempts_started`` to 0.
+
+        Raises:
+            ValidationError: ``state`` is neither ``"failed"`` nor ``"completed"``.
+            JobNotFoundError: the job no longer exists.
+            JobNotInStateError: the job is not in ``state``.
+        """
+        keys, client = self._bound()
+        op = ops.reprocess_job(
+            keys,
+            self.id,
+            str(state),
+            lifo=self.wire_options.get("lifo") is True,
+            reset_attempts_made=reset_attempts_made,
+            reset_attempts_started=reset_attempts_started,
+        )
+        await op.run(client)
+        self.finished_on = self.processed_on = None
+        self.failed_reason = self.return_value = None
+        if reset_attempts_made:
+            self.attempts_made = 0
+        if reset_attempts_started:
+            self.attempts_started = 0
+
+    async def promote(self) -> None:
+        """Run a delayed job now: it moves to ``wait`` (or ``prioritized``).
+
+        Raises:
+            JobNotInStateError: the job is not delayed.
+        """
+        keys, client = self._bound()
+        await ops.promote_job(keys, self.id).run(client)
+        self.delay = 0.0
+
+    async def change_priority(self, priority: int, *, lifo: bool = False) -> None:
+        """Change the job's priority (0 = none, lower runs first; at most 2**21 - 1).
+
+        A waiting job moves between ``wait`` and ``prioritized``; with ``lifo`` it goes to the
+        front of its priority. A delayed job keeps the new priority for when it is due.
+
+        Raises:
+            ValidationError: ``priority`` is out of range.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, client = self._bound()
+        await ops.change_priority(keys, self.id, priority, lifo=lifo).run(client)
+        self.priority = priority
+
+    async def change_delay(self, delay: Duration) -> None:
+        """Reschedule a delayed job to run ``delay`` (seconds or timedelta) from now.
+
+        Raises:
+            InvalidOptionError: ``delay`` is negative or not a duration.
+            JobNotFoundError: the job no longer exists.
+            JobNotInStateError: the job is not delayed.
+        """
+        keys, client = self._bound()
+        await ops.change_delay(keys, self.id, delay).run(client)
+        self.delay = to_seconds(delay, "delay")
+
+    async def remove(self, *, remove_children: bool = True) -> bool:
+        """Delete the job, from whatever state holds it (see :meth:`echomq.Queue.remove`).
+
+        Args:
+            remove_children: also remove the children recorded on it, in any queue.
+
+        Returns:
+            True if the job existed, False if it was already gone.
+
+        Raises:
+            JobLockedError: a worker holds the job (or a pending child); nothing was removed.
+            JobBelongsToSchedulerError: the job is its scheduler's current iteration.
+        """
+        keys, client = self._bound()
+        return await ops.remove_job(keys, self.id, remove_children=remove_children).run(client)
+
+    async def wait_until_finished(
+        self, events: QueueEvents, timeout: Duration | None = None
+    ) -> Any:
+        """Wait until the job completes or fails, through a shared :class:`~echomq.QueueEvents`.
+
+        A job that had already finished returns (or raises) at once.
+
+        Args:
+            events: a QueueEvents of the job's queue; many waiters share its one reader.
+            timeout: seconds (or a timedelta) to wait at most; None waits without limit.
+
+        Returns:
+            The job's return value (decoded JSON).
+
+        Raises:
+            ValidationError: ``events`` reads another queue.
+            JobFailedError: the job failed; ``reason`` is its failed reason.
+            JobNotFoundError: the job no longer exists and was not seen to finish.
+            asyncio.TimeoutError: ``timeout`` passed first.
+        """
+        if events.name != self.queue_name:
+            from .errors import ValidationError
+
+            raise ValidationError(
+                f"job {self.id} is in queue {self.queue_name!r} but the QueueEvents reads"
+                f" {events.name!r}"
+            )
+        return await events.wait_for_job(self.id, timeout)

@@ -404,6 +404,25 @@ class NodePeer:
             with contextlib.suppress(ValueError):
                 self._processes.remove(handle)
 
+    async def batch(
+        self, calls: list[tuple[str, dict[str, Any]]], *, timeout: float | None = None
+    ) -> list[Any]:
+        """Run several short commands in one Node process; return their results in order.
+
+        Raises :class:`NodeCommandError` for the first call that failed (the
+        calls are run in order and stop there).
+        """
+        payload = [{"command": c, "args": a} for c, a in calls]
+        envelopes: list[JsonDict] = await self.call(
+            "batch", timeout=timeout, calls=payload, stopOnError=True
+        )
+        results: list[Any] = []
+        for (command, _), envelope in zip(calls, envelopes):
+            if not envelope.get("ok"):
+                raise NodeCommandError(command, envelope)
+            results.append(envelope.get("result"))
+        return results
+
     # -- thin typed helpers for the common commands --------------------------
 
     async def add(self, name: str, data: Any = None, opts: dict[str, Any] | None = None) -> str:

@@ -6,23 +6,18 @@ Needs a ``redis_url`` fixture (provided by tests/conftest.py) and
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-try:  # tests/ laid out as a package
-    from . import nodepeer
-    from .nodepeer import NodeCommandError, NodeModulesMissing, NodePeer, NodePeerError
-except ImportError:  # rootdir-relative, no __init__.py
-    import nodepeer  # type: ignore[no-redef]
-    from nodepeer import (  # type: ignore[no-redef]
-        NodeCommandError,
-        NodeModulesMissing,
-        NodePeer,
-        NodePeerError,
-    )
+if str(Path(__file__).resolve().parent) not in sys.path:  # works with or without __init__.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import nodepeer
+from nodepeer import NodeCommandError, NodeModulesMissing, NodePeer, NodePeerError
 
 
 @pytest.fixture
@@ -78,6 +73,10 @@ async def test_add_then_work_in_order(peer: NodePeer) -> None:
     assert job["json"]["returnvalue"] == "third"
     assert job["json"]["attemptsMade"] == 2
     assert job["asJSON"]["returnvalue"] == '"third"'
+    state, done = await peer.batch(
+        [("getJobState", {"id": "1"}), ("counts", {"types": ["completed"]})]
+    )
+    assert (state, done) == ("completed", {"completed": 3})
     assert await peer.call("getJobs", types=["completed"], asc=True) == [
         {"id": "1", "name": "double"},
         {"id": "2", "name": "double"},

@@ -219,6 +219,7 @@ end
 
 local codes = {}
 local any_delayed = false
+local any_finished = false
 if #items > 0 then
   local max_len = max_events(k.meta)
   local trimmed = false
@@ -253,6 +254,7 @@ if #items > 0 then
           trimmed = true
         end
         finish(item, job_id, job_key, kind == "C", max_len)
+        any_finished = true
       elseif kind == "R" then
         retry_now(item, job_id, job_key, max_len)
       else
@@ -275,7 +277,7 @@ end
 if any_delayed then
   refresh_delay_marker(k.marker, k.delayed)
 end
-if #items > 0 and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 then
+if any_finished and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 then
   if redis.call("LLEN", k.wait) == 0 and redis.call("LLEN", k.active) == 0
     and redis.call("ZCARD", k.prioritized) == 0 then
     redis.call("XADD", k.events, "*", "event", "drained")

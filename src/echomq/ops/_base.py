@@ -8,7 +8,7 @@ Validation happens while an op is built, so a refused call never reaches Redis.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -105,3 +105,28 @@ def check_code(reply: Any, *, job_id: str | None, command: str, state: str = "")
     if isinstance(reply, int) and reply < 0:
         raise error_for_code(reply, job_id=job_id, command=command, state=state)
     return reply
+
+
+#: A multi-step operation: yields ops, receives their results, returns a value. Run it with
+#: :func:`run_plan` or :func:`run_plan_sync`, so loops over bounded script calls are written once.
+Plan = Generator[Op[Any], Any, T]
+
+
+async def run_plan(client: redis.asyncio.Redis, plan: Plan[T]) -> T:
+    """Drive ``plan`` on an async client until it returns."""
+    try:
+        op = next(plan)
+        while True:
+            op = plan.send(await op.run(client))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+def run_plan_sync(client: redis.Redis, plan: Plan[T]) -> T:
+    """Drive ``plan`` on a sync client until it returns."""
+    try:
+        op = next(plan)
+        while True:
+            op = plan.send(op.run_sync(client))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

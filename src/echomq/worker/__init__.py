@@ -191,19 +191,23 @@ class Worker:
         self._state = "closing"
         assert self._wake is not None and self._flush is not None and self._stopped is not None
         fetch_task, finish_task, *others = self._tasks
+        # The loops also watch the state, in case a cancellation is absorbed mid-command.
+        self._wake.set()
         fetch_task.cancel()
-        await asyncio.gather(fetch_task, return_exceptions=True)
+        await asyncio.wait([fetch_task], timeout=5.0)
         running = list(self._running.values())
         if running and not force:
             grace = to_seconds(self.options.close_grace, "close_grace")
             await asyncio.wait(running, timeout=grace)
         for task in self._running.values():
             task.cancel()
-        await asyncio.gather(*self._running.values(), return_exceptions=True)
-        await self._drain_finishes(finish_task)
-        for task in others:
+        if self._running:
+            await asyncio.wait(list(self._running.values()), timeout=5.0)
+        self._flush.set()  # record what finished; the finisher returns once nothing is pending
+        await asyncio.wait([finish_task], timeout=10.0)
+        for task in (fetch_task, finish_task, *others):
             task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
+        await asyncio.wait([fetch_task, finish_task, *others], timeout=5.0)
         if self._waiter is not None:
             await self._waiter.aclose()
         if self._executor is not None:
@@ -305,7 +309,9 @@ class Worker:
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
         waiter, backoff = self._waiter, Backoff()
-        while True:
+        # Connect the blocking connection now, so `get_workers` lists this worker at once.
+        await retrying("connect", waiter.connect, self._stopping)
+        while self._state == "running":
             try:
                 wait = self._rate_limit_until - time.monotonic()
                 if wait > 0:
@@ -370,6 +376,8 @@ class Worker:
                 except Exception as exc:  # never die silently
                     logger.exception("finish loop error (%s)", exc)
                     await asyncio.sleep(0.1)
+            if self._state != "running" and not self._running:
+                return
 
     async def _flush_once(self) -> None:
         batch, self._pending = self._pending, []
@@ -405,16 +413,6 @@ class Worker:
             finished.outcome.status,
             error,
         )
-
-    async def _drain_finishes(self, finish_task: asyncio.Task[None]) -> None:
-        """Record what finished before closing, then stop the finisher."""
-        deadline = time.monotonic() + 5.0
-        while (self._pending or self._reserved) and time.monotonic() < deadline:
-            if self._flush is not None:
-                self._flush.set()
-            await asyncio.sleep(0.01)
-        finish_task.cancel()
-        await asyncio.gather(finish_task, return_exceptions=True)
 
     async def _rate_limited(self, job: Job, token: str) -> None:
         op = wops.move_job_from_active_to_wait(self._keys, job.id, token)

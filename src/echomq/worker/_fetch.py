@@ -48,6 +48,10 @@ class MarkerWaiter:
                 return
             deadline = min(deadline, due)
 
+    async def connect(self) -> None:
+        """Open the blocking connection (which names itself on connect)."""
+        await self._client.ping()
+
     async def aclose(self) -> None:
         """Close the blocking connection."""
         await self._client.aclose()

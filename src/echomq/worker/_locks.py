@@ -20,7 +20,7 @@ logger = logging.getLogger("echomq.worker")
 
 
 class LockRenewer:
-    """Renews the locks returned by ``held()`` (job id -> token) every ``interval`` seconds."""
+    """Renews the locks returned by ``held()`` (token -> job id) every ``interval`` seconds."""
 
     def __init__(
         self,
@@ -43,8 +43,8 @@ class LockRenewer:
         held = self._held()
         if not held:
             return []
-        ids = list(held)
-        op = wops.extend_locks(self._keys, ids, [held[i] for i in ids], self._lock_ms)
+        tokens = list(held)
+        op = wops.extend_locks(self._keys, [held[t] for t in tokens], tokens, self._lock_ms)
         lost = await op.run(self._client())
         for job_id in lost:
             logger.warning(

@@ -349,7 +349,6 @@ commands.waitUntilFinished = async args => {
 
 // --- work -----------------------------------------------------------------
 
-class StepError extends Error {}
 
 commands.work = async args => {
   const behaviour = args.behaviour ?? {};
@@ -400,7 +399,7 @@ commands.work = async args => {
     if (b.unrecoverable !== undefined) throw new UnrecoverableError(String(b.unrecoverable));
     if (b.fail !== undefined) {
       const times = b.failTimes ?? Infinity;
-      if (job.attemptsMade < times) throw new StepError(String(b.fail));
+      if (job.attemptsMade < times) throw new Error(String(b.fail));
     }
     if (b.echo) return job.data;
     return b.return;
@@ -601,6 +600,30 @@ commands.events = async args => {
   await withDeadline(queueEvents.close(), 3000);
   await withDeadline(running, 1000);
   return { reason, timedOut: reason === 'timeout', lastId: lastSeen, events: emitted, errors };
+};
+
+// Several commands in one process (saves ~0.5 s of Node start-up per call).
+// args.calls: [{command, args}], each sub-args object inherits url/queue/prefix.
+// Result: one envelope per call, in order; a failing call does not stop the rest
+// unless stopOnError is true.
+commands.batch = async args => {
+  const out = [];
+  for (const call of args.calls ?? []) {
+    const fn = commands[call.command];
+    if (!fn || call.command === 'batch') {
+      out.push({ ok: false, error: `unknown command ${JSON.stringify(call.command)}`, name: 'UsageError', stack: null });
+    } else {
+      const subArgs = { url: args.url, queue: args.queue, prefix: args.prefix, ...(call.args ?? {}) };
+      try {
+        const result = await fn(subArgs);
+        out.push({ ok: true, result: result === undefined ? null : result });
+      } catch (err) {
+        out.push(errorEnvelope(err));
+      }
+    }
+    if (args.stopOnError && !out[out.length - 1].ok) break;
+  }
+  return out;
 };
 
 commands.version = async () => {

@@ -1,0 +1,1 @@
+"""Harness internals of bench/run.py: private Redis, peer environments, phases, report."""

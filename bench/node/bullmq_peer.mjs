@@ -1,0 +1,144 @@
+// Benchmark adapter for BullMQ for Node (the reference peer), pinned in package.json.
+//
+// Same roles and line protocol as the Python adapters (bench/peers/_common.py):
+//   node bench/node/bullmq_peer.mjs <enqueue|worker|latency|version> --url ... --n ...
+// Protocol lines start with "@@bench " and carry one JSON object. Timestamps come from
+// process.hrtime.bigint(), i.e. CLOCK_MONOTONIC, the clock Python's time.monotonic_ns()
+// reads, so the harness can mix producer and worker times.
+import { readFileSync } from 'node:fs';
+import { Queue, QueueEvents, Worker } from 'bullmq';
+import IORedis from 'ioredis';
+
+const JOB_NAME = 'noop';
+const GRACE_MS = 300;
+
+function parseArgs(argv) {
+  const opts = {
+    role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
+    batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
+  };
+  for (let k = 1; k < argv.length; k++) {
+    const key = argv[k].replace(/^--/, '');
+    if (key === 'latency' || key === 'uvloop') { opts[key] = true; continue; }
+    const value = argv[++k];
+    opts[key] = typeof opts[key] === 'number' ? Number(value) : value;
+  }
+  return opts;
+}
+
+function emit(obj) { process.stdout.write('@@bench ' + JSON.stringify(obj) + '\n'); }
+const nowNs = () => Number(process.hrtime.bigint());
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// In native ESM BullMQ 6 wants a constructed client; each Queue/Worker/QueueEvents gets
+// its own (BullMQ duplicates it where it needs a blocking connection).
+function connection(url) {
+  const u = new URL(url);
+  const db = Number((u.pathname || '/0').slice(1) || 0);
+  // maxRetriesPerRequest: null is what BullMQ requires for worker connections.
+  return new IORedis({ host: u.hostname, port: Number(u.port || 6379), db, maxRetriesPerRequest: null });
+}
+
+async function enqueue(o) {
+  const queue = new Queue(o.queue, { connection: connection(o.url) });
+  await queue.waitUntilReady();
+  await queue.getJobCounts(); // loads the scripts outside the timing
+  const t0 = nowNs();
+  if (o.mode === 'seq') {
+    for (let i = 0; i < o.n; i++) await queue.add(JOB_NAME, { i });
+  } else {
+    for (let s = 0; s < o.n; s += o.batch) {
+      const jobs = [];
+      for (let i = s; i < Math.min(o.n, s + o.batch); i++) jobs.push({ name: JOB_NAME, data: { i } });
+      await queue.addBulk(jobs);
+    }
+  }
+  const t1 = nowNs();
+  await queue.close();
+  emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9 } });
+}
+
+async function worker(o) {
+  const starts = new Map();
+  let executions = 0;
+  const duplicates = [];
+  let first = null;
+  let last = null;
+  let finish;
+  const done = new Promise((resolve) => { finish = resolve; });
+  process.stdin.on('end', () => finish()).resume();
+
+  const w = new Worker(o.queue, async (job) => {
+    const t = nowNs();
+    const i = job.data.i;
+    executions++;
+    if (starts.has(i)) duplicates.push(i); else starts.set(i, t);
+    if (first === null || t < first) first = t;
+    if (last === null || t > last) last = t;
+    if (!o.latency && starts.size >= o.n) finish();
+    return null;
+  }, { connection: connection(o.url), concurrency: o.concurrency, autorun: false });
+  await w.waitUntilReady();
+
+  const cpu0 = process.cpuUsage();
+  const ready = nowNs();
+  emit({ ready: true });
+  const running = w.run();
+  const timer = setTimeout(() => { process.stderr.write('worker timed out\n'); finish(); }, o.timeout * 1000);
+  await done;
+  clearTimeout(timer);
+  const stop = nowNs();
+  const cpu = process.cpuUsage(cpu0);
+  await sleep(GRACE_MS);
+  await w.close();
+  await running;
+
+  const missing = [];
+  for (let i = 0; i < o.n; i++) if (!starts.has(i)) missing.push(i);
+  const result = {
+    expected: o.n, executions, distinct: starts.size,
+    duplicates: [...new Set(duplicates)].sort((a, b) => a - b).slice(0, 20),
+    duplicate_count: duplicates.length,
+    missing: missing.slice(0, 20), missing_count: missing.length,
+    unexpected: [...starts.keys()].filter((i) => !(i >= 0 && i < o.n)).slice(0, 20),
+    ready_ns: ready, first_ns: first, last_ns: last, stop_ns: stop,
+    cpu_s: (cpu.user + cpu.system) / 1e6,
+  };
+  if (o.latency) result.starts = Object.fromEntries([...starts].map(([k, v]) => [String(k), v]));
+  emit({ result });
+}
+
+async function latency(o) {
+  const queue = new Queue(o.queue, { connection: connection(o.url) });
+  const events = new QueueEvents(o.queue, { connection: connection(o.url) });
+  await queue.waitUntilReady();
+  await events.waitUntilReady();
+  await queue.getJobCounts();
+  const samples = [];
+  const deadline = Date.now() + o.budget * 1000;
+  for (let i = 0; i < o.n && Date.now() < deadline; i++) {
+    const t0 = nowNs();
+    const job = await queue.add(JOB_NAME, { i });
+    let seen = true;
+    try { await job.waitUntilFinished(events, 5000); } catch { seen = false; }
+    samples.push([i, t0, seen ? nowNs() : null]);
+    await sleep(o.gap * 1000);
+  }
+  await events.close();
+  await queue.close();
+  emit({ result: { samples } });
+}
+
+function version() {
+  const pkg = JSON.parse(readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url)));
+  emit({ result: { version: pkg.version } });
+}
+
+const o = parseArgs(process.argv.slice(2));
+const roles = { enqueue, worker, latency, version };
+if (!roles[o.role]) {
+  process.stderr.write(`unknown role ${o.role}\n`);
+  process.exit(2);
+}
+await roles[o.role](o);
+process.exit(0);

@@ -1,0 +1,87 @@
+"""Benchmark adapter for echomq (installed from this repository into bench/.venvs/echomq).
+
+Use of the public API only: ``echomq.add`` / ``echomq.add_bulk`` on one
+``redis.asyncio.Redis`` the producer owns; one ``echomq.Worker`` with ``concurrency``;
+results through ``job.wait_until_finished`` on a shared ``echomq.QueueEvents``.
+``--uvloop`` runs the same code on uvloop's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+
+import _common as c
+import echomq
+import redis.asyncio as aioredis
+
+
+async def enqueue(args) -> None:
+    conn = aioredis.Redis.from_url(args.url)
+    await conn.ping()
+    await echomq.add(args.queue, "warm-up", {"i": -1}, connection=conn)  # load scripts
+    await conn.flushdb()  # drop the warm-up job (this Redis is private to the benchmark)
+    t0 = c.now_ns()
+    if args.mode == "seq":
+        for i in range(args.n):
+            await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
+    else:
+        for chunk in c.chunks(args.n, args.batch):
+            await echomq.add_bulk(args.queue, [(c.JOB_NAME, {"i": i}) for i in chunk],
+                                  connection=conn)
+    t1 = c.now_ns()
+    await conn.aclose()
+    c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
+
+
+async def worker(args) -> None:
+    done = asyncio.Event()
+    tracker = c.async_tracker(args, done)
+
+    async def process(job):
+        tracker.record(job.data["i"])
+        return None
+
+    w = echomq.Worker(args.queue, process, connection=args.url, concurrency=args.concurrency)
+    holder = {}
+
+    async def start():
+        holder["task"] = asyncio.create_task(w.run())
+
+    async def stop():
+        await w.close()
+        await holder["task"]
+
+    await c.drive_async_worker(args, tracker, start, stop, done)
+
+
+async def latency(args) -> None:
+    conn = aioredis.Redis.from_url(args.url)
+    await conn.ping()
+    async with echomq.QueueEvents(args.queue, connection=args.url) as events:
+
+        async def send_and_wait(i: int) -> bool:
+            job = await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
+            try:
+                await job.wait_until_finished(events, timeout=5)
+            except (asyncio.TimeoutError, TimeoutError):
+                return False
+            return True
+
+        result = await c.run_latency_async(args.n, args.budget, args.gap, send_and_wait)
+    await conn.aclose()
+    c.emit_result(result)
+
+
+def main() -> None:
+    args = c.parse_args()
+    if args.role == "version":
+        c.emit_result({"version": importlib.metadata.version("echomq")
+                       + (" (uvloop)" if args.uvloop else "")})
+        return
+    role = {"enqueue": enqueue, "worker": worker, "latency": latency}[args.role]
+    c.run_main(lambda: role(args), args.uvloop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""echomq's benchmark: echomq and its peers side by side, on one private Redis.
+
+    python bench/run.py [--jobs 10000] [--repeats 3] [--peers a,b,c] [--output FILE] [--uvloop]
+
+Runs on the system Python with the standard library only. It builds each peer's
+environment (bench/.venvs/<peer>, bench/node/node_modules), starts its own redis-server
+on a free loopback port (no persistence), runs every phase (see benchlib/phases.py) for
+every peer in every repeat, verifies that each job ran exactly once, and prints medians
+over the repeats plus ratios against BullMQ for Node. Exit status 1 if any peer failed.
+
+Adapters speak a one-line JSON protocol: see bench/peers/_common.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import report  # noqa: E402
+from benchlib.peers import DEFAULT_PEERS, PEERS, REFERENCE, UVLOOP_PEER, Peer, run_once, setup  # noqa: E402
+from benchlib.phases import VerificationError, one_repeat  # noqa: E402
+from benchlib.redisproc import RedisServer  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", type=int, default=10000, help="jobs per enqueue/drain run (10000)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats; figures are medians (3)")
+    p.add_argument("--peers", default=",".join(DEFAULT_PEERS),
+                   help=f"comma-separated, from: {', '.join(PEERS)} (default: all)")
+    p.add_argument("--uvloop", action="store_true", help="also run echomq on uvloop")
+    p.add_argument("--output", type=Path, help="write FILE.md (table) and FILE.json (all data)")
+    p.add_argument("--batch", type=int, default=1000, help="jobs per bulk-enqueue call (1000)")
+    p.add_argument("--latency-samples", type=int, default=200, help="latency samples (200; 0=skip)")
+    p.add_argument("--latency-budget", type=float, default=45.0,
+                   help="max seconds of latency sampling per peer and repeat (45)")
+    p.add_argument("--redis-server", default="redis-server", help="redis-server binary")
+    p.add_argument("--no-setup", action="store_true", help="do not create/refresh environments")
+    p.add_argument("--setup-only", action="store_true", help="only create the environments")
+    return p.parse_args(argv)
+
+
+def select_peers(spec: str, uvloop: bool) -> list[Peer]:
+    peers = []
+    for raw in spec.split(","):
+        name = raw.strip().replace("_", "-")
+        if not name:
+            continue
+        if name == UVLOOP_PEER.name:
+            peers.append(UVLOOP_PEER)
+        elif name in PEERS:
+            peers.append(PEERS[name])
+        else:
+            sys.exit(f"unknown peer {raw!r}; known: {', '.join(PEERS)}, {UVLOOP_PEER.name}")
+    if uvloop and UVLOOP_PEER not in peers:
+        peers.append(UVLOOP_PEER)
+    return peers
+
+
+def tool_version(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError:
+        return "unavailable"
+
+
+def machine(redis: RedisServer) -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for row in Path("/proc/cpuinfo").read_text().splitlines():
+            if row.startswith("model name"):
+                cpu = row.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "node": tool_version(["node", "--version"]),
+        "redis": redis.version(),
+    }
+
+
+def median_metrics(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of every numeric leaf over the repeats (None where a phase was skipped)."""
+    out: dict[str, Any] = {}
+    keys = {k for r in repeats for k in r}
+    for k in sorted(keys):
+        vals = [r.get(k) for r in repeats]
+        if any(isinstance(v, dict) for v in vals):
+            out[k] = median_metrics([v for v in vals if isinstance(v, dict)])
+        else:
+            nums = [v for v in vals if isinstance(v, (int, float))]
+            out[k] = statistics.median(nums) if nums else None
+    return out
+
+
+def run_peer(peer: Peer, redis: RedisServer, opts: argparse.Namespace, logdir: Path) -> dict[str, Any]:
+    log = logdir / f"{peer.name}.log"
+    entry: dict[str, Any] = {"peer": peer.name, "repeats": [], "status": "ok"}
+    try:
+        entry["version"] = run_once(peer, "version", [], log, 120)["result"]["version"]
+        for r in range(opts.repeats):
+            t0 = time.monotonic()
+            entry["repeats"].append(one_repeat(peer, redis, opts.jobs, opts, log))
+            print(f"  {peer.name}: repeat {r + 1}/{opts.repeats} done in "
+                  f"{time.monotonic() - t0:.1f}s", flush=True)
+    except VerificationError as exc:
+        entry["status"] = "FAILED"
+        entry["error"] = str(exc)
+        print("\n" + "!" * 78 + f"\n{exc}\n" + "!" * 78 + "\n", file=sys.stderr, flush=True)
+    except Exception as exc:  # one broken peer must not stop the others
+        entry["status"] = "error"
+        entry["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"  {peer.name}: ERROR {entry['error']}", file=sys.stderr, flush=True)
+        with open(log, "a") as f:
+            traceback.print_exc(file=f)
+    if entry["repeats"]:
+        entry["median"] = median_metrics(entry["repeats"])
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    peers = select_peers(opts.peers, opts.uvloop)
+    workdir = Path(tempfile.mkdtemp(prefix="echomq-bench-"))
+    print(f"logs and redis dir: {workdir}", flush=True)
+    usable = []
+    setup_errors: dict[str, str] = {}
+    for peer in peers:
+        if opts.no_setup:
+            usable.append(peer)
+            continue
+        print(f"setting up {peer.name}", flush=True)
+        try:
+            setup(peer, workdir / f"setup-{peer.name}.log")
+            usable.append(peer)
+        except Exception as exc:
+            setup_errors[peer.name] = str(exc)
+            print(f"  {peer.name}: setup failed: {exc}", file=sys.stderr, flush=True)
+    if opts.setup_only:
+        return 1 if setup_errors else 0
+
+    redis = RedisServer(workdir, opts.redis_server)
+    redis.start()
+    try:
+        env = machine(redis)
+        print(f"redis-server {env['redis']} on port {redis.port}; {opts.jobs} jobs x "
+              f"{opts.repeats} repeats", flush=True)
+        results = [run_peer(p, redis, opts, workdir) for p in usable]
+    finally:
+        redis.stop()
+    for name, err in setup_errors.items():
+        results.append({"peer": name, "status": "error", "error": f"setup: {err}", "repeats": []})
+
+    data = {
+        "command": " ".join([Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)]),
+        "jobs": opts.jobs, "repeats": opts.repeats, "batch": opts.batch,
+        "latency_samples": opts.latency_samples, "machine": env, "reference": REFERENCE,
+        "results": results, "logs": str(workdir),
+    }
+    text = report.render(data)
+    print("\n" + text)
+    if opts.output:
+        md = opts.output.with_suffix(".md")
+        md.write_text(text)
+        opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {md} and {opts.output.with_suffix('.json')}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

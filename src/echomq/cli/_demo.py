@@ -1,0 +1,212 @@
+"""``echomq demo``: add a batch of jobs, process them in this process, report throughput.
+
+It needs nothing configured: without ``--url`` or ``$ECHOMQ_REDIS_URL`` it uses the embedded
+server. The demo queue is obliterated first (with force), so every run starts empty, and it is
+left in place afterwards so ``echomq queue NAME ...`` can inspect it. Every 50th job fails its
+first attempt on purpose (it has ``attempts=2``) to show a retry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ..job import Job
+from ..queue import BulkItem, Queue
+from ..worker import Worker
+from ._connect import resolve_url
+from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
+from ._format import table
+from ._logs import configure_logging
+
+DEFAULT_QUEUE = "echomq-demo"
+FLAKY_EVERY = 50
+_ADD_CHUNK = 1000
+_STUCK_AFTER = 30.0
+_BAR_WIDTH = 30
+_POLL = 0.02
+
+
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    """Register the ``demo`` subcommand."""
+    parser = subparsers.add_parser(
+        "demo",
+        parents=parents,
+        help="add and process a batch of demo jobs, then report throughput",
+        description="Add a batch of jobs, process them with an in-process worker and report "
+        f"throughput. Every {FLAKY_EVERY}th job fails its first attempt on purpose and succeeds "
+        "on its retry. Works with no Redis configured (uses the embedded one).",
+    )
+    parser.add_argument("--jobs", "-n", type=int, default=2000, help="jobs to add (default 2000)")
+    parser.add_argument(
+        "--concurrency", "-c", type=int, default=50, help="jobs at once (default 50)"
+    )
+    parser.add_argument(
+        "--queue", "-q", default=DEFAULT_QUEUE, help=f"queue name (default {DEFAULT_QUEUE})"
+    )
+    parser.add_argument(
+        "--job-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="simulated I/O wait per job in milliseconds (default 0)",
+    )
+    parser.set_defaults(handler=run)
+
+
+@dataclass
+class _Report:
+    added_in: float = 0.0
+    processed_in: float = 0.0
+    first_failures: int = 0
+    counts: dict[str, int] | None = None
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``demo`` subcommand."""
+    if args.jobs < 1:
+        raise CliError("--jobs must be at least 1", EXIT_USAGE)
+    if args.concurrency < 1:
+        raise CliError("--concurrency must be at least 1", EXIT_USAGE)
+    if args.job_ms < 0:
+        raise CliError("--job-ms must not be negative", EXIT_USAGE)
+    configure_logging("WARNING")  # one INFO line per job would drown the progress bar
+    url = resolve_url(args.url)
+    report = asyncio.run(_demo(url, args, sys.stderr))
+    _print_report(args, report, explicit_url=bool(args.url))
+    counts = report.counts or {}
+    return EXIT_OK if counts.get("completed") == args.jobs else EXIT_FAILURE
+
+
+def _items(total: int) -> list[BulkItem]:
+    items: list[BulkItem] = []
+    for n in range(1, total + 1):
+        if n % FLAKY_EVERY == 0:
+            items.append(("demo", {"n": n, "flaky": True}, {"attempts": 2}))
+        else:
+            items.append(("demo", {"n": n}))
+    return items
+
+
+async def _demo(url: str, args: argparse.Namespace, out: TextIO) -> _Report:
+    report = _Report()
+    pause = args.job_ms / 1000
+
+    async def process(job: Job) -> Any:
+        if job.data.get("flaky") and job.attempts_made == 0:
+            report.first_failures += 1
+            raise RuntimeError("demo: failing the first attempt on purpose")
+        if pause:
+            await asyncio.sleep(pause)
+        n = job.data["n"]
+        return {"n": n, "square": n * n}
+
+    async with Queue(args.queue, connection=url, prefix=args.prefix) as q:
+        await q.obliterate(force=True)
+        items = _items(args.jobs)
+        started = time.monotonic()
+        for i in range(0, len(items), _ADD_CHUNK):
+            await q.add_bulk(items[i : i + _ADD_CHUNK])
+        report.added_in = time.monotonic() - started
+        print(
+            f"added {args.jobs} jobs to queue {args.queue} in {report.added_in:.2f}s; "
+            f"processing with concurrency {args.concurrency}",
+            file=out,
+        )
+        worker = Worker(
+            args.queue,
+            process,
+            connection=url,
+            prefix=args.prefix,
+            concurrency=args.concurrency,
+            drain_delay=1.0,
+        )
+        started = time.monotonic()
+        task = asyncio.create_task(worker.run(), name="echomq-demo-worker")
+        try:
+            await _watch(q, args.jobs, started, task, out)
+            report.processed_in = time.monotonic() - started
+        finally:
+            await worker.close()
+            await task
+        report.counts = await q.get_job_counts()
+    return report
+
+
+async def _watch(
+    q: Queue, total: int, started: float, worker: asyncio.Task[None], out: TextIO
+) -> None:
+    """Redraw the progress bar until every job is completed or failed.
+
+    Counts are polled often so the measured time is close to the real one; the bar is redrawn
+    at most every 0.1s on a terminal and every second otherwise (logs, CI).
+    """
+    redraw_every = 0.1 if out.isatty() else 1.0
+    last_done, last_change, last_draw = -1, time.monotonic(), 0.0
+    while True:
+        counts = await q.get_job_counts("completed", "failed")
+        done = counts["completed"] + counts["failed"]
+        now = time.monotonic()
+        if done != last_done:
+            last_done, last_change = done, now
+        if done >= total or now - last_draw >= redraw_every:
+            last_draw = now
+            out.write("\r" + _bar(done, total, now - started))
+            out.flush()
+        if done >= total:
+            out.write("\n")
+            return
+        if worker.done():
+            out.write("\n")
+            worker.result()  # re-raises what stopped it
+            raise CliError("the demo worker stopped before the jobs were done")
+        if now - last_change > _STUCK_AFTER:
+            out.write("\n")
+            raise CliError(
+                f"no demo job finished in {_STUCK_AFTER:.0f}s ({done} of {total} done); "
+                f"is queue {q.name} paused or is another worker taking its jobs?"
+            )
+        await asyncio.sleep(_POLL)
+
+
+def _bar(done: int, total: int, elapsed: float) -> str:
+    share = done / total
+    filled = int(_BAR_WIDTH * share)
+    rate = done / elapsed if elapsed > 0 else 0.0
+    return (
+        f"[{'#' * filled}{'.' * (_BAR_WIDTH - filled)}] {done}/{total} "
+        f"{share:4.0%}  {rate:,.0f} jobs/s"
+    )
+
+
+def _print_report(args: argparse.Namespace, report: _Report, *, explicit_url: bool) -> None:
+    counts = report.counts or {}
+    completed, failed = counts.get("completed", 0), counts.get("failed", 0)
+    rate = args.jobs / report.processed_in if report.processed_in > 0 else 0.0
+    print(
+        f"processed {args.jobs} jobs in {report.processed_in:.2f}s: {rate:,.0f} jobs/s "
+        f"(concurrency {args.concurrency})"
+    )
+    print()
+    print(table(("STATE", "JOBS"), list(counts.items())))
+    print()
+    flaky = args.jobs // FLAKY_EVERY
+    print(f"{completed} completed, {failed} failed, {report.first_failures} retried")
+    print(
+        f"every {FLAKY_EVERY}th job ({flaky} of {args.jobs}) fails its first attempt on purpose "
+        f"and has attempts=2: {report.first_failures} jobs failed once and were retried"
+    )
+    command = ["echomq", "queue", args.queue, "counts"]
+    if explicit_url:
+        command += ["--url", args.url]
+    if args.prefix != "bull":
+        command += ["--prefix", args.prefix]
+    print(f"inspect the demo queue: {shlex.join(command)}")

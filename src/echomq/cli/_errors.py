@@ -1,0 +1,21 @@
+"""The one exception the CLI raises for a user-facing error, with the exit code to use."""
+
+from __future__ import annotations
+
+#: Exit codes: success, an operation that failed, a usage or setup problem (as argparse).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """An error ``main`` prints as ``echomq: error: <message>`` before exiting with ``code``.
+
+    Args:
+        message: what went wrong and what to do about it.
+        code: the process exit code.
+    """
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,264 @@
+"""``echomq worker module:processor``: run a Worker in this process until a signal stops it.
+
+Signals: the first SIGTERM or SIGINT starts a graceful ``Worker.close()`` (stop fetching, let
+running jobs finish within ``--close-grace``); a second one exits the process at once. Jobs still
+running then stay active in Redis and the stalled check of any worker recovers them once their
+locks expire. Exit code 0 after a graceful stop, 128 + signal number after an immediate one,
+1 if a graceful stop has not completed ``close_grace`` + 15 seconds after the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, cast
+
+from ..options import Limiter, WorkerOptions, to_seconds
+from ..worker import Processor, Worker
+from ._connect import redact, resolve_url
+from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
+from ._logs import LEVELS, configure_logging, flush_logging
+
+logger = logging.getLogger("echomq.cli")
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Seconds past the close grace after which a stop that has not completed counts as stuck.
+_STOP_MARGIN = 15.0
+
+
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    """Register the ``worker`` subcommand."""
+    parser = subparsers.add_parser(
+        "worker",
+        parents=parents,
+        help="process the jobs of a queue",
+        description="Process the jobs of QUEUE with PROCESSOR until SIGTERM or SIGINT. The first "
+        "signal lets running jobs finish (up to --close-grace); a second one exits at once.",
+    )
+    parser.add_argument(
+        "processor",
+        metavar="PROCESSOR",
+        help="module:function to call with each job, e.g. myapp.tasks:process "
+        "(the current directory is importable)",
+    )
+    parser.add_argument("--queue", "-q", required=True, help="the queue to process")
+    parser.add_argument("--concurrency", "-c", type=int, default=1, help="jobs at once (default 1)")
+    parser.add_argument("--name", help="worker name (shown in jobs and CLIENT LIST)")
+    parser.add_argument("--lock-duration", type=float, metavar="S", help="job lock seconds")
+    parser.add_argument(
+        "--stalled-interval", type=float, metavar="S", help="seconds between stalled checks"
+    )
+    parser.add_argument(
+        "--max-stalled-count", type=int, metavar="N", help="stalls before a job fails"
+    )
+    parser.add_argument(
+        "--drain-delay", type=float, metavar="S", help="seconds an idle worker blocks per wait"
+    )
+    parser.add_argument(
+        "--close-grace",
+        type=float,
+        metavar="S",
+        help="seconds running jobs get to finish after the first signal (default 30)",
+    )
+    parser.add_argument("--limit-max", type=int, metavar="N", help="rate limit: jobs per window")
+    parser.add_argument(
+        "--limit-duration", type=float, metavar="S", help="rate limit: window in seconds"
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        default="INFO",
+        help="log level (default INFO: one line per job transition)",
+    )
+    parser.add_argument(
+        "--uvloop", action="store_true", help="run on uvloop (pip install 'echomq[uvloop]')"
+    )
+    parser.set_defaults(handler=run)
+
+
+def import_processor(spec: str) -> Processor:
+    """Import ``module:attribute`` (the attribute may be dotted) and check it is callable.
+
+    The current directory is put first on ``sys.path``, as other worker CLIs do, so a
+    ``tasks.py`` next to where the command runs is importable.
+
+    Raises:
+        CliError: the spec is malformed, the module or attribute is missing, importing the
+            module raised, or the attribute is not callable (exit code 2).
+    """
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise CliError(
+            f"processor must be given as 'module:function' (e.g. 'tasks:process'), got {spec!r}",
+            EXIT_USAGE,
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    module = _import_module(module_name)
+    target: Any = module
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            public = sorted(
+                name
+                for name, value in vars(module).items()
+                if callable(value) and not name.startswith("_")
+            )
+            hint = f"; it defines: {', '.join(public)}" if public else ""
+            raise CliError(
+                f"cannot load processor {spec!r}: module {module_name!r} "
+                f"({module.__file__}) has no attribute {attr_path!r}{hint}",
+                EXIT_USAGE,
+            ) from None
+    if not callable(target):
+        raise CliError(
+            f"cannot load processor {spec!r}: it is a value of type {type(target).__name__!r}, "
+            "not a callable "
+            "(give a function that takes a job)",
+            EXIT_USAGE,
+        )
+    return cast(Processor, target)
+
+
+def _import_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise CliError(
+                f"cannot load processor: no module named {exc.name!r} (searched the current "
+                f"directory {os.getcwd()} and sys.path; set PYTHONPATH or cd to your project)",
+                EXIT_USAGE,
+            ) from None
+        raise CliError(
+            f"cannot load processor: importing {name!r} failed: {exc}", EXIT_USAGE
+        ) from exc
+    except Exception as exc:
+        raise CliError(
+            f"cannot load processor: importing {name!r} raised {type(exc).__name__}: {exc}",
+            EXIT_USAGE,
+        ) from exc
+
+
+def worker_options(args: argparse.Namespace) -> WorkerOptions:
+    """Build WorkerOptions from the flags that were given (the rest keep their defaults).
+
+    Raises:
+        CliError: only one of ``--limit-max`` / ``--limit-duration`` was given.
+        ValidationError: an option value is out of range.
+    """
+    given: dict[str, Any] = {"concurrency": args.concurrency}
+    for name in (
+        "name",
+        "lock_duration",
+        "stalled_interval",
+        "max_stalled_count",
+        "drain_delay",
+        "close_grace",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            given[name] = value
+    if (args.limit_max is None) != (args.limit_duration is None):
+        raise CliError("--limit-max and --limit-duration go together; give both", EXIT_USAGE)
+    if args.limit_max is not None:
+        given["limiter"] = Limiter(max=args.limit_max, duration=args.limit_duration)
+    return WorkerOptions(**given)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``worker`` subcommand."""
+    processor = import_processor(args.processor)
+    options = worker_options(args)
+    runner = _event_loop_runner(args.uvloop)
+    configure_logging(args.log_level)
+    url = resolve_url(args.url)
+    worker = Worker(args.queue, processor, connection=url, prefix=args.prefix, options=options)
+    logger.info(
+        "processing queue %s (prefix %s) with %s, concurrency %d, on %s",
+        args.queue,
+        args.prefix,
+        args.processor,
+        options.concurrency,
+        redact(url),
+    )
+    stuck_after = to_seconds(options.close_grace, "close_grace") + _STOP_MARGIN
+    runner(serve(worker, stuck_after=stuck_after))
+    return EXIT_OK
+
+
+def _event_loop_runner(use_uvloop: bool) -> Callable[[Any], Any]:
+    if not use_uvloop:
+        return asyncio.run
+    try:
+        import uvloop
+    except ImportError:
+        raise CliError("--uvloop needs uvloop: pip install 'echomq[uvloop]'", EXIT_USAGE) from None
+    return cast(Callable[[Any], Any], uvloop.run)
+
+
+async def serve(worker: Worker, *, stuck_after: float) -> None:
+    """Run ``worker`` with SIGTERM/SIGINT handlers until a graceful close completes.
+
+    Args:
+        worker: a worker that has not run yet.
+        stuck_after: seconds after the first signal at which a close that has not completed
+            is reported and the process exits with code 1, so a stop never hangs forever.
+    """
+    loop = asyncio.get_running_loop()
+    closing: list[asyncio.Task[None]] = []
+    watchdog: list[asyncio.TimerHandle] = []
+
+    def on_stuck() -> None:
+        logger.error(
+            "the worker did not stop within %.0fs of the signal; exiting now (jobs still "
+            "active are recovered by the stalled check)",
+            stuck_after,
+        )
+        flush_logging()
+        os._exit(EXIT_FAILURE)
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not closing:
+            logger.info(
+                "received %s: finishing running jobs, then exiting (send it again to exit now)",
+                sig.name,
+            )
+            closing.append(loop.create_task(worker.close(), name="echomq-cli-close"))
+            watchdog.append(loop.call_later(stuck_after, on_stuck))
+            return
+        logger.warning(
+            "received %s again: exiting now; running jobs stay active and the stalled check "
+            "recovers them once their locks expire",
+            sig.name,
+        )
+        flush_logging()
+        os._exit(128 + int(sig))
+
+    installed = []
+    for sig in _SIGNALS:
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (NotImplementedError, RuntimeError):  # no signal support (e.g. Windows)
+            continue
+        installed.append(sig)
+    try:
+        await worker.run()
+        await asyncio.gather(*closing)
+    finally:
+        for handle in watchdog:
+            handle.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)

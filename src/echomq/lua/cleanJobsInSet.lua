@@ -1,0 +1,103 @@
+--[[
+  cleanJobsInSet: hard-remove the jobs of one state older than a cutoff, one bounded batch per
+  call (CORE.md 7.17, ADVANCED.md 8.2).
+
+  KEYS[1] the state key "P:Q:<state>"
+  KEYS[2] events
+  KEYS[3] repeat
+
+  ARGV[1] base key "P:Q:"
+  ARGV[2] cutoff (ms): a job is old enough when its reference time is <= cutoff
+  ARGV[3] batch: the most entries inspected (and so removed) by this call (> 0)
+  ARGV[4] state: completed, failed, wait, paused, active, delayed or prioritized
+  ARGV[5] skip: entries to pass over first (those a previous call inspected and kept), counted
+          from the tail for lists and from the lowest score for delayed/prioritized; ignored
+          for completed/failed, where every inspected entry is removed
+
+  Returns: {removed ids, number of entries inspected}. Fewer inspected than the batch means
+  the scan reached the end.
+
+  Reference time: completed/failed the score (finishedOn); delayed processedOn, else
+  timestamp; prioritized timestamp; wait/paused/active finishedOn, else processedOn, else
+  timestamp. A job without one (no hash) is removed. Current scheduler iterations are kept
+  (not in completed/failed); active jobs are kept while their lock exists. List slots are
+  overwritten with "" and then LREMed. Emits `cleaned` (count) on every call.
+]]
+--@include "remove_job"
+
+local state_key = KEYS[1]
+local base = ARGV[1]
+local cutoff = tonumber(ARGV[2])
+local batch = tonumber(ARGV[3])
+local state = ARGV[4]
+local skip = tonumber(ARGV[5])
+local removed = {}
+local inspected = 0
+
+local function old_enough(job_key, ...)
+  local times = redis.call("HMGET", job_key, ...)
+  for i = 1, select("#", ...) do
+    local t = tonumber(times[i])
+    if t then
+      return t <= cutoff
+    end
+  end
+  return true
+end
+
+if state == "completed" or state == "failed" then
+  removed = redis.call("ZRANGEBYSCORE", state_key, 0, score_str(cutoff), "LIMIT", 0, batch)
+  inspected = #removed
+  zrem_ids(state_key, removed)
+  for _, id in ipairs(removed) do
+    hard_remove_job(base, id)
+  end
+elseif state == "delayed" or state == "prioritized" then
+  local kept = scheduler_iterations(KEYS[3])
+  local ids = redis.call("ZRANGE", state_key, skip, skip + batch - 1)
+  inspected = #ids
+  for _, id in ipairs(ids) do
+    if not kept[id] then
+      local fresh
+      if state == "delayed" then
+        fresh = not old_enough(base .. id, "processedOn", "timestamp")
+      else
+        fresh = not old_enough(base .. id, "timestamp")
+      end
+      if not fresh then
+        removed[#removed + 1] = id
+      end
+    end
+  end
+  zrem_ids(state_key, removed)
+  for _, id in ipairs(removed) do
+    hard_remove_job(base, id)
+  end
+else
+  local kept = scheduler_iterations(KEYS[3])
+  local len = redis.call("LLEN", state_key)
+  local stop = len - skip - 1
+  if stop >= 0 then
+    local start = math.max(0, stop - batch + 1)
+    local ids = redis.call("LRANGE", state_key, start, stop)
+    inspected = #ids
+    -- Oldest first: the tail of the list is its oldest end.
+    for j = #ids, 1, -1 do
+      local id = ids[j]
+      local job_key = base .. id
+      if not kept[id]
+        and not (state == "active" and redis.call("EXISTS", job_key .. ":lock") == 1)
+        and old_enough(job_key, "finishedOn", "processedOn", "timestamp") then
+        redis.call("LSET", state_key, start + j - 1 - len, "")
+        hard_remove_job(base, id)
+        removed[#removed + 1] = id
+      end
+    end
+    if #removed > 0 then
+      redis.call("LREM", state_key, -#removed, "")
+    end
+  end
+end
+
+redis.call("XADD", KEYS[2], "*", "event", "cleaned", "count", int_str(#removed))
+return {removed, inspected}

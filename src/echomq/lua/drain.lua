@@ -1,0 +1,95 @@
+--[[
+  drain: hard-remove the jobs waiting to run (CORE.md 7.16, ADVANCED.md 8.3), at most a budget
+  of jobs per call. Exactly the ids that are not a scheduler's current iteration are removed,
+  wherever they sit in the list (BullMQ's head-trimming bug is not reproduced); kept ids stay
+  in their relative order.
+
+  KEYS[1] wait
+  KEYS[2] paused (legacy list)
+  KEYS[3] delayed
+  KEYS[4] prioritized
+  KEYS[5] repeat
+
+  ARGV[1] base key "P:Q:"
+  ARGV[2] "1" to drain `delayed` too, else "0"
+  ARGV[3] budget: the most jobs removed by this call (> 0)
+
+  Returns: 1 the budget was used up (call again), 0 done.
+
+  Order: wait, paused, delayed (if asked), prioritized. Hard parent rule per job, dedup keys
+  released. No events; `marker` and `pc` are left as they are.
+]]
+--@include "remove_job"
+
+local base = ARGV[1]
+local budget = tonumber(ARGV[3])
+local kept, kept_count = scheduler_iterations(KEYS[5])
+
+-- Number of kept ids at the tail of a list (they have all been looked at already).
+local function kept_tail(key)
+  local n = 0
+  while true do
+    local id = redis.call("LINDEX", key, -(n + 1))
+    if not id or not kept[id] then
+      return n
+    end
+    n = n + 1
+  end
+end
+
+-- Cut a tail segment holding up to `budget` removable ids, delete those jobs and push the kept
+-- ids of the segment back in order. Repeats until the list holds only kept ids or the budget
+-- is spent.
+local function drain_list(key)
+  while budget > 0 do
+    local tail = kept_tail(key)
+    if redis.call("LLEN", key) <= tail then
+      return
+    end
+    local segment = redis.call("LRANGE", key, -(tail + budget), -1)
+    redis.call("LTRIM", key, 0, -(#segment + 1))
+    local keep = {}
+    for _, id in ipairs(segment) do
+      if kept[id] then
+        keep[#keep + 1] = id
+      else
+        hard_remove_job(base, id)
+        budget = budget - 1
+      end
+    end
+    if #keep > 0 then
+      redis.call("RPUSH", key, unpack(keep))
+    end
+  end
+end
+
+local function drain_zset(key)
+  while budget > 0 do
+    local ids = redis.call("ZRANGE", key, 0, budget + kept_count - 1)
+    local victims = {}
+    for _, id in ipairs(ids) do
+      if not kept[id] and #victims < budget then
+        victims[#victims + 1] = id
+      end
+    end
+    if #victims == 0 then
+      return
+    end
+    zrem_ids(key, victims)
+    for _, id in ipairs(victims) do
+      hard_remove_job(base, id)
+    end
+    budget = budget - #victims
+  end
+end
+
+drain_list(KEYS[1])
+drain_list(KEYS[2])
+if ARGV[2] == "1" then
+  drain_zset(KEYS[3])
+end
+drain_zset(KEYS[4])
+if budget <= 0 then
+  return 1
+end
+return 0

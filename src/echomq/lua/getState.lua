@@ -1,0 +1,42 @@
+--[[
+  getState: name the state that holds a job (CORE.md 7.13, getStateV2 order).
+
+  KEYS[1] completed
+  KEYS[2] failed
+  KEYS[3] delayed
+  KEYS[4] prioritized
+  KEYS[5] active
+  KEYS[6] wait
+  KEYS[7] paused (legacy v5 list; read only)
+  KEYS[8] waiting-children
+
+  ARGV[1] job id
+
+  Returns: "completed", "failed", "delayed", "prioritized", "active", "waiting" (for `wait`
+  and the legacy `paused` list), "waiting-children", or "unknown" when no state holds the id.
+  Errors: none. Needs Redis >= 6.0.6 (LPOS).
+]]
+
+local id = ARGV[1]
+if redis.call("ZSCORE", KEYS[1], id) then
+  return "completed"
+end
+if redis.call("ZSCORE", KEYS[2], id) then
+  return "failed"
+end
+if redis.call("ZSCORE", KEYS[3], id) then
+  return "delayed"
+end
+if redis.call("ZSCORE", KEYS[4], id) then
+  return "prioritized"
+end
+if redis.call("LPOS", KEYS[5], id) then
+  return "active"
+end
+if redis.call("LPOS", KEYS[6], id) or redis.call("LPOS", KEYS[7], id) then
+  return "waiting"
+end
+if redis.call("ZSCORE", KEYS[8], id) then
+  return "waiting-children"
+end
+return "unknown"

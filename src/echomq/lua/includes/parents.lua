@@ -1,0 +1,38 @@
+-- Parent/child helpers (ADVANCED.md 1.1, 1.2, 1.12). A child names its parent by the full key
+-- "P':Q':<parentId>", possibly in another queue; every parent-side key is derived from it.
+--@include "common"
+
+-- The id (text after the last ':') and the base key "P:Q:" of a full job key.
+local function split_job_key(job_key)
+  local job_id = string.match(job_key, "([^:]*)$")
+  return job_id, string.sub(job_key, 1, #job_key - #job_id)
+end
+
+-- Put a released parent at the front of its queue's `wait` (RPUSH), ignoring its priority and
+-- delay, and wake that queue's workers unless it is paused or maxed.
+local function push_parent_to_wait(parent_base, parent_id)
+  redis.call("RPUSH", parent_base .. "wait", parent_id)
+  if not paused_or_maxed(parent_base .. "meta", parent_base .. "active") then
+    add_base_marker(parent_base .. "marker")
+  end
+end
+
+-- Make a finished child pending again in its live parent (a retried child, CORE.md 7.22/7.23):
+-- drop it from the parent's :processed (completed) or :failed/:unsuccessful (failed) and, if it
+-- was there, SADD it back to :dependencies.
+local function reattach_child(job_key, prev_state)
+  local parent_key = redis.call("HGET", job_key, "parentKey")
+  if not parent_key or redis.call("EXISTS", parent_key) == 0 then
+    return
+  end
+  local found = 0
+  if prev_state == "completed" then
+    found = redis.call("HDEL", parent_key .. ":processed", job_key)
+  elseif prev_state == "failed" then
+    found = redis.call("ZREM", parent_key .. ":unsuccessful", job_key)
+      + redis.call("HDEL", parent_key .. ":failed", job_key)
+  end
+  if found > 0 then
+    redis.call("SADD", parent_key .. ":dependencies", job_key)
+  end
+end

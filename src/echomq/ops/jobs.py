@@ -1,0 +1,489 @@
+"""Getters, pause/resume, and operations on one job (CORE.md 7.12-7.14, 7.19-7.22, 12.5).
+
+Reads are plain commands sent in one round trip; every state change is one script. Builders
+validate their arguments, so a refused call never reaches Redis. State names are the strings
+of :class:`~echomq.JobState`; this module returns them as ``str`` so that it never imports the
+job model (which binds its methods to these builders).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .. import scripts
+from ..errors import ValidationError
+from ..options import MAX_PRIORITY, Duration, to_ms
+from ..protocol import fields
+from ..protocol.keys import QueueKeys
+from ._base import CommandOp, Plan, ScriptOp, check_code, flat_to_dict, hash_to_dict, now_ms, to_str
+
+#: Every state a getter accepts. ``paused`` is the legacy v5 list, read only when asked for
+#: by name (Node v6 does the same).
+JOB_TYPES: tuple[str, ...] = (
+    "active",
+    "completed",
+    "delayed",
+    "failed",
+    "paused",
+    "prioritized",
+    "waiting",
+    "waiting-children",
+)
+#: The states counted by default, as Node v6's ``getJobCounts()``.
+DEFAULT_COUNT_TYPES: tuple[str, ...] = (
+    "active",
+    "completed",
+    "delayed",
+    "failed",
+    "prioritized",
+    "waiting",
+    "waiting-children",
+)
+#: The states of jobs not yet started, summed by ``count()``.
+PENDING_TYPES: tuple[str, ...] = ("waiting", "paused", "delayed", "prioritized", "waiting-children")
+
+_STATES = frozenset(
+    {
+        "completed",
+        "failed",
+        "delayed",
+        "prioritized",
+        "active",
+        "waiting",
+        "waiting-children",
+        "unknown",
+    }
+)
+_LISTS = frozenset({"active", "paused", "waiting"})
+_FINISHED_FIELD = {"completed": fields.RETURN_VALUE, "failed": fields.FAILED_REASON}
+
+
+def normalize_types(
+    states: str | Iterable[str] | None, default: Sequence[str] = JOB_TYPES
+) -> list[str]:
+    """The state names asked for, validated and without repeats (``None``: ``default``).
+
+    Raises:
+        ValidationError: a name is not one of :data:`JOB_TYPES`.
+    """
+    if states is None:
+        return list(default)
+    wanted = [states] if isinstance(states, str) else list(states)
+    out: list[str] = []
+    for state in wanted:
+        name = str(state)
+        if name not in JOB_TYPES:
+            raise ValidationError(f"unknown job state {state!r}; use one of {', '.join(JOB_TYPES)}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def _state_keys(keys: QueueKeys, state: str) -> list[str]:
+    """The Redis keys holding ``state`` (``waiting`` is the ``wait`` list)."""
+    if state == "waiting":
+        return [keys.wait]
+    return [keys.state(state)]
+
+
+def _check_range(start: int, end: int) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError(f"{name} must be an int index, got {value!r}")
+
+
+def _decode_hash(raw: Any) -> dict[str, str] | None:
+    if not raw:
+        return None
+    return hash_to_dict(raw) if isinstance(raw, Mapping) else flat_to_dict(raw)
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def get_ranges(
+    keys: QueueKeys, states: Sequence[str], start: int = 0, end: int = -1, asc: bool = False
+) -> CommandOp[list[str]]:
+    """The ids in ``states`` (in that order, each id once), each state sliced ``[start, end]``.
+
+    ``asc=False`` lists newest first. Lists keep new jobs at the head, so ascending order reads
+    the mirrored indexes from the tail and reverses them; sorted sets use ZRANGE (asc) or
+    ZREVRANGE.
+    """
+    _check_range(start, end)
+    commands: list[tuple[Any, ...]] = []
+    reverse: list[bool] = []
+    for state in states:
+        for key in _state_keys(keys, state):
+            if state in _LISTS and asc:
+                low = 0 if end == -1 else -(end + 1)
+                high = 0 if start == -1 else -(start + 1)
+                commands.append(("LRANGE", key, low, high))
+            elif state in _LISTS:
+                commands.append(("LRANGE", key, start, end))
+            else:
+                commands.append(("ZRANGE" if asc else "ZREVRANGE", key, start, end))
+            reverse.append(state in _LISTS and asc)
+
+    def parse(replies: list[Any]) -> list[str]:
+        seen: dict[str, None] = {}
+        for reply, backwards in zip(replies, reverse):
+            ids = [to_str(i) for i in reply or ()]
+            for job_id in reversed(ids) if backwards else ids:
+                seen.setdefault(job_id, None)
+        return list(seen)
+
+    return CommandOp(commands, parse)
+
+
+def get_job_hashes(
+    keys: QueueKeys, job_ids: Sequence[str]
+) -> CommandOp[list[dict[str, str] | None]]:
+    """HGETALL of each job, in one pipeline; ``None`` where the hash no longer exists."""
+    if not job_ids:
+        raise ValidationError("get_job_hashes needs at least one job id")
+    return CommandOp(
+        [("HGETALL", keys.job(job_id)) for job_id in job_ids],
+        lambda replies: [_decode_hash(raw) for raw in replies],
+    )
+
+
+def get_counts(keys: QueueKeys, states: Sequence[str]) -> CommandOp[dict[str, int]]:
+    """How many jobs each state holds.
+
+    A pre-v5 ``0:`` delay marker at the tail of a list is not a job and is not counted, as in
+    Node's getCounts.
+    """
+    if not states:
+        raise ValidationError("get_counts needs at least one state")
+    commands: list[tuple[Any, ...]] = []
+    spans: list[tuple[str, bool]] = []
+    for state in states:
+        (key,) = _state_keys(keys, state)
+        is_list = state in _LISTS
+        commands.append(("LLEN" if is_list else "ZCARD", key))
+        if is_list:
+            commands.append(("LINDEX", key, -1))
+        spans.append((state, is_list))
+
+    def parse(replies: list[Any]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        at = 0
+        for state, is_list in spans:
+            n = int(replies[at] or 0)
+            if is_list:
+                tail = replies[at + 1]
+                if tail is not None and to_str(tail).startswith("0:"):
+                    n -= 1
+                at += 1
+            counts[state] = n
+            at += 1
+        return counts
+
+    return CommandOp(commands, parse)
+
+
+#: How often ``get_jobs`` widens a state's page to backfill ids whose hash vanished (Node: 5).
+_MAX_BACKFILL = 5
+
+
+def get_jobs_plan(
+    keys: QueueKeys, states: Sequence[str], start: int = 0, end: int = -1, asc: bool = False
+) -> Plan[list[tuple[str, dict[str, str]]]]:
+    """The jobs in ``states`` as ``(id, hash)`` pairs, each state sliced ``[start, end]``.
+
+    An id whose hash no longer exists is skipped, and the state's page is widened (up to
+    five times) so a bounded page stays full, as Node's getJobs does.
+    """
+    _check_range(start, end)
+
+    def page(state: str) -> Plan[list[tuple[str, dict[str, str]]]]:
+        want = end - start + 1 if end >= 0 and start >= 0 else None
+        extra = 0
+        found: list[tuple[str, dict[str, str]]] = []
+        for _ in range(_MAX_BACKFILL + 1):
+            last = -1 if want is None else end + extra
+            ids: list[str] = yield get_ranges(keys, [state], start, last, asc)
+            if not ids:
+                return []
+            hashes: list[dict[str, str] | None] = yield get_job_hashes(keys, ids)
+            found = [(i, h) for i, h in zip(ids, hashes) if h is not None]
+            missing = len(ids) - len(found)
+            if want is None or missing == 0 or len(ids) < want + extra:
+                break
+            extra += missing
+        return found if want is None else found[:want]
+
+    def plan() -> Plan[list[tuple[str, dict[str, str]]]]:
+        ids: list[str] = yield get_ranges(keys, states, start, end, asc)
+        if not ids:
+            return []
+        hashes: list[dict[str, str] | None] = yield get_job_hashes(keys, ids)
+        if all(h is not None for h in hashes) or (end < 0 and start >= 0):
+            return [(i, h) for i, h in zip(ids, hashes) if h is not None]
+        out: list[tuple[str, dict[str, str]]] = []
+        for state in states:
+            out.extend((yield from page(state)))
+        return out
+
+    return plan()
+
+
+def get_logs(
+    keys: QueueKeys, job_id: str, start: int = 0, end: int = -1, asc: bool = True
+) -> CommandOp[tuple[list[str], int]]:
+    """A slice of a job's log lines (oldest first with ``asc``) and the total line count."""
+    _check_range(start, end)
+    key = keys.logs(job_id)
+    if asc:
+        lrange: tuple[Any, ...] = ("LRANGE", key, start, end)
+    else:
+        lrange = ("LRANGE", key, -(end + 1), -(start + 1))
+
+    def parse(replies: list[Any]) -> tuple[list[str], int]:
+        lines = [to_str(line) for line in replies[0] or ()]
+        if not asc:
+            lines.reverse()
+        return lines, int(replies[1])
+
+    return CommandOp([lrange, ("LLEN", key)], parse)
+
+
+def is_paused(keys: QueueKeys) -> CommandOp[bool]:
+    """Whether the queue is globally paused (meta ``paused`` exists)."""
+    return CommandOp([("HEXISTS", keys.meta, "paused")], lambda replies: bool(int(replies[0])))
+
+
+def _parse_client_list(reply: Any) -> list[dict[str, str]]:
+    if isinstance(reply, list):  # already parsed by a client-side callback
+        return [{to_str(k): to_str(v) for k, v in entry.items()} for entry in reply]
+    clients = []
+    for line in to_str(reply).splitlines():
+        if line.strip():
+            pairs = (item.partition("=") for item in line.split(" ") if item)
+            clients.append({k: v for k, _, v in pairs})
+    return clients
+
+
+def get_workers(keys: QueueKeys) -> CommandOp[list[dict[str, str]]]:
+    """The connections named as this queue's workers (CORE.md 12.5), from CLIENT LIST.
+
+    Each entry is the CLIENT LIST fields of one connection, with ``name`` replaced by the queue
+    name and the connection's own name kept as ``rawname`` (as Node's ``getWorkers``).
+    """
+    base = keys.worker_client_name()
+    named = base + ":w:"
+
+    def parse(replies: list[Any]) -> list[dict[str, str]]:
+        workers = []
+        for client in _parse_client_list(replies[0]):
+            raw = client.get("name", "")
+            if raw == base or raw.startswith(named):
+                workers.append({**client, "name": keys.name, "rawname": raw})
+        return workers
+
+    return CommandOp([("CLIENT", "LIST")], parse)
+
+
+def trim_events(keys: QueueKeys, max_len: int) -> CommandOp[int]:
+    """XTRIM the events stream to about ``max_len`` entries; replies how many were deleted."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise ValidationError(f"max_len must be an int >= 0, got {max_len!r}")
+    return CommandOp(
+        [("XTRIM", keys.events, "MAXLEN", "~", max_len)], lambda replies: int(replies[0])
+    )
+
+
+def get_state(keys: QueueKeys, job_id: str) -> ScriptOp[str]:
+    """The state holding a job: a :class:`~echomq.JobState` value, ``unknown`` if none."""
+
+    def parse(reply: Any) -> str:
+        state = to_str(reply)
+        if state not in _STATES:
+            raise AssertionError(f"getState replied {state!r}")
+        return state
+
+    return ScriptOp(
+        scripts.get("getState"),
+        [
+            keys.completed,
+            keys.failed,
+            keys.delayed,
+            keys.prioritized,
+            keys.active,
+            keys.wait,
+            keys.paused,
+            keys.waiting_children,
+        ],
+        [job_id],
+        parse,
+    )
+
+
+# -- queue state changes -------------------------------------------------------------------
+
+
+def pause_queue(keys: QueueKeys, pause: bool, *, emit: bool = True) -> ScriptOp[int]:
+    """Pause (or resume) the queue; the reply is how many legacy entries are left to move.
+
+    A resume must be repeated with ``emit=False`` until the reply is 0.
+    """
+    return ScriptOp(
+        scripts.get("pause"),
+        [
+            keys.wait,
+            keys.paused,
+            keys.meta,
+            keys.prioritized,
+            keys.events,
+            keys.delayed,
+            keys.marker,
+        ],
+        ["paused" if pause else "resumed", "1" if emit else "0"],
+        lambda reply: int(reply),
+    )
+
+
+# -- one job -------------------------------------------------------------------------------
+
+
+def _done(command: str, job_id: str, state: str = "") -> Callable[[Any], None]:
+    def parse(reply: Any) -> None:
+        check_code(reply, job_id=job_id, command=command, state=state)
+
+    return parse
+
+
+def update_data(keys: QueueKeys, job_id: str, data: Any) -> ScriptOp[None]:
+    """Replace a job's payload (validated as JSON here)."""
+    data_json = fields.dumps(data, "job data")
+    return ScriptOp(
+        scripts.get("updateData"), [keys.job(job_id)], [data_json], _done("update_data", job_id)
+    )
+
+
+def update_progress(keys: QueueKeys, job_id: str, progress: Any) -> ScriptOp[None]:
+    """Store a job's progress (a number or a JSON object) and emit a ``progress`` event."""
+    is_number = isinstance(progress, (int, float)) and not isinstance(progress, bool)
+    if not is_number and not isinstance(progress, Mapping):
+        raise ValidationError(
+            f"progress must be a number or a mapping (JSON object), got {type(progress).__name__}"
+        )
+    progress_json = fields.dumps(progress, "progress")
+    return ScriptOp(
+        scripts.get("updateProgress"),
+        [keys.job(job_id), keys.events, keys.meta],
+        [job_id, progress_json],
+        _done("update_progress", job_id),
+    )
+
+
+def add_log(keys: QueueKeys, job_id: str, line: str, keep_logs: int | None = None) -> ScriptOp[int]:
+    """Append a log line, keeping the newest ``keep_logs`` lines when given (and > 0).
+
+    The reply is the number of lines the log holds afterwards.
+    """
+    if not isinstance(line, str):
+        raise ValidationError(f"a log line must be a str, got {type(line).__name__}")
+    keep = str(keep_logs) if keep_logs else ""
+    return ScriptOp(
+        scripts.get("addLog"),
+        [keys.job(job_id), keys.logs(job_id)],
+        [line, keep],
+        lambda reply: int(check_code(reply, job_id=job_id, command="log")),
+    )
+
+
+def reprocess_job(
+    keys: QueueKeys,
+    job_id: str,
+    state: str,
+    *,
+    lifo: bool = False,
+    reset_attempts_made: bool = False,
+    reset_attempts_started: bool = False,
+) -> ScriptOp[None]:
+    """Send a ``completed`` or ``failed`` job back to ``wait`` (or ``prioritized``)."""
+    if state not in _FINISHED_FIELD:
+        raise ValidationError(f"retry state must be 'completed' or 'failed', got {state!r}")
+    return ScriptOp(
+        scripts.get("reprocessJob"),
+        [
+            keys.job(job_id),
+            keys.events,
+            keys.state(state),
+            keys.wait,
+            keys.meta,
+            keys.active,
+            keys.marker,
+            keys.prioritized,
+            keys.pc,
+        ],
+        [
+            job_id,
+            "RPUSH" if lifo else "LPUSH",
+            _FINISHED_FIELD[state],
+            state,
+            "1" if reset_attempts_made else "0",
+            "1" if reset_attempts_started else "0",
+        ],
+        _done("retry", job_id, state),
+    )
+
+
+def promote_job(keys: QueueKeys, job_id: str) -> ScriptOp[None]:
+    """Move a delayed job to ``wait`` (or ``prioritized``) now."""
+    return ScriptOp(
+        scripts.get("promote"),
+        [
+            keys.job(job_id),
+            keys.delayed,
+            keys.wait,
+            keys.meta,
+            keys.prioritized,
+            keys.active,
+            keys.pc,
+            keys.events,
+            keys.marker,
+        ],
+        [job_id],
+        _done("promote", job_id, "delayed"),
+    )
+
+
+def change_priority(
+    keys: QueueKeys, job_id: str, priority: int, *, lifo: bool = False
+) -> ScriptOp[None]:
+    """Set a job's priority; a waiting job moves between ``wait`` and ``prioritized``."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError(f"priority must be an int, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise ValidationError(f"priority must be between 0 and {MAX_PRIORITY}, got {priority}")
+    return ScriptOp(
+        scripts.get("changePriority"),
+        [
+            keys.job(job_id),
+            keys.wait,
+            keys.meta,
+            keys.prioritized,
+            keys.active,
+            keys.pc,
+            keys.marker,
+        ],
+        [job_id, priority, "1" if lifo else "0"],
+        _done("change_priority", job_id),
+    )
+
+
+def change_delay(
+    keys: QueueKeys, job_id: str, delay: Duration, now: int | None = None
+) -> ScriptOp[None]:
+    """Reschedule a delayed job to run ``delay`` (seconds or timedelta) from now."""
+    delay_ms = to_ms(delay, "delay")
+    return ScriptOp(
+        scripts.get("changeDelay"),
+        [keys.job(job_id), keys.delayed, keys.meta, keys.marker, keys.events],
+        [job_id, delay_ms, now if now is not None else now_ms()],
+        _done("change_delay", job_id, "delayed"),
+    )
