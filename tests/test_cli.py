@@ -416,13 +416,6 @@ def test_worker_processes_jobs_and_stops_on_sigterm(
     assert "received SIGTERM" in log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Worker.close() hangs after a job finishes during the grace period: "
-    "_drain_finishes cancels the finisher while its finishAndFetch call is in flight "
-    "(fetch=0 leaves _reserved at 0); the call returns normally with the cancellation "
-    "lost, so gather(finish_task) never returns; the CLI watchdog then exits with code 1",
-)
 def test_sigterm_lets_a_running_job_finish(
     start_worker: Callable[..., subprocess.Popen[bytes]],
     project: Path,

@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from helpers import wait_for
 from redis.asyncio import Redis
 
 import echomq
@@ -34,6 +33,7 @@ from echomq import (
 )
 from echomq.embedded import RedisServer
 from echomq.protocol.keys import queue_keys
+from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.5}
 
@@ -64,7 +64,7 @@ def count_of(cls: type[QueueEvent], n: int) -> Callable[[list[QueueEvent]], bool
 
 
 async def stream_ids(r: Redis, queue: str, after: str = "-") -> list[str]:
-    entries = await r.xrange(f"bull:{queue}:events", min=after)
+    entries: Any = await r.xrange(f"bull:{queue}:events", min=after)
     return [i.decode() for i, _ in entries]
 
 
@@ -76,7 +76,8 @@ async def qe_clients(r: Redis, queue: str) -> list[dict[str, Any]]:
 async def one_qe_client(r: Redis, queue: str) -> dict[str, Any]:
     clients = await wait_for(lambda: qe_clients(r, queue), message="no :qe connection")
     assert len(clients) == 1, clients
-    return clients[0]
+    client: dict[str, Any] = clients[0]
+    return client
 
 
 async def stalled_check_ran(r: Redis, queue: str) -> None:
@@ -142,8 +143,10 @@ async def test_worker_events_and_retries_exhausted(redis: Redis, queue_name: str
         async with Worker(queue_name, process, connection=redis, concurrency=1, **FAST):
             got = await take(
                 it,
-                lambda g: any(isinstance(e, RetriesExhausted) for e in g)
-                and any(isinstance(e, Completed) for e in g),
+                lambda g: (
+                    any(isinstance(e, RetriesExhausted) for e in g)
+                    and any(isinstance(e, Completed) for e in g)
+                ),
             )
             await stalled_check_ran(redis, queue_name)
 

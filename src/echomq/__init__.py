@@ -81,7 +81,6 @@ from .worker import BackoffStrategy, Processor, Worker
 __version__ = "0.1.0"
 
 __all__ = [
-    "UNSET",
     "Active",
     "ActiveJobsError",
     "Added",
@@ -135,6 +134,7 @@ __all__ = [
     "RetriesExhausted",
     "ScriptError",
     "Stalled",
+    "UNSET",
     "Unknown",
     "UnrecoverableError",
     "ValidationError",

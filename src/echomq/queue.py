@@ -16,50 +16,38 @@ from typing import Any, TypeVar
 import redis.asyncio
 from typing_extensions import Unpack
 
-from . import ops, scripts
+from . import ops
 from ._connection import AsyncConn, AsyncConnection
-from .errors import ValidationError
-from .job import Job, JobState, ms_to_datetime
+from .job import Job, JobData, JobState, ms_to_datetime
+from .ops import BulkItem as BulkItem
+from .ops import prepare_bulk as prepare_bulk
 from .options import EMPTY_OPTIONS, Duration, JobOptions, JobOptionsDict, coerce_options
 from .protocol import fields
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 
-#: One item of ``add_bulk``: ``(name, data)`` or ``(name, data, options)``.
-BulkItem = tuple[str, Any] | tuple[str, Any, JobOptions | Mapping[str, Any]]
-
 T = TypeVar("T")
+JobT = TypeVar("JobT", bound=JobData)
 
 
-def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: AsyncConn) -> Job:
-    job = Job(
+def job_from_prepared(cls: type[JobT], job_id: str, p: ops.PreparedJob, queue_name: str) -> JobT:
+    """An unbound job of ``cls`` for ``p``, just added as ``job_id`` (shared with the sync API)."""
+    return cls(
         id=job_id,
         name=p.name,
         data=p.data,
-        queue_name=keys.name,
+        queue_name=queue_name,
         timestamp=ms_to_datetime(p.timestamp_ms),  # type: ignore[arg-type]
         delay=p.delay_ms / 1000,
         priority=p.priority,
         wire_options=fields.loads(p.opts_json),
     )
+
+
+def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: AsyncConn) -> Job:
+    job = job_from_prepared(Job, job_id, p, keys.name)
     job._keys = keys
     job._conn = conn
     return job
-
-
-def prepare_bulk(
-    items: Iterable[BulkItem], defaults: JobOptions = EMPTY_OPTIONS
-) -> list[ops.PreparedJob]:
-    """Validate and encode every item of a bulk add; raises before anything is written."""
-    now = ops.now_ms()
-    prepared = []
-    for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) not in (2, 3):
-            raise ValidationError(
-                f"add_bulk item {index} must be (name, data) or (name, data, options), got {item!r}"
-            )
-        options = defaults.merged(coerce_options(item[2])) if len(item) == 3 else defaults
-        prepared.append(ops.prepare_job(item[0], item[1], options, now))
-    return prepared
 
 
 async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
@@ -74,17 +62,8 @@ async def _add_bulk(
     prepared = prepare_bulk(items, defaults)
     if not prepared:
         return []
-    calls = [ops.add_job(keys, p) for p in prepared]
-    client = conn.client
-    await scripts.ensure_loaded(client, [calls[0].script])
-    async with client.pipeline(transaction=True) as pipe:
-        for call in calls:
-            call.script.queue(pipe, call.keys, call.args)
-        replies = await pipe.execute()
-    return [
-        _job_from_prepared(call.parse(reply), p, keys, conn)
-        for call, reply, p in zip(calls, replies, prepared)
-    ]
+    job_ids = await ops.add_jobs(keys, prepared).run(conn.client)
+    return [_job_from_prepared(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
 
 async def add(
@@ -200,10 +179,7 @@ async def _get_jobs(
 
 
 async def _resume(client: redis.asyncio.Redis, keys: QueueKeys) -> None:
-    # Each call moves one batch of a legacy `paused` list; only the first emits `resumed`.
-    remaining = await ops.pause_queue(keys, False).run(client)
-    while remaining > 0:
-        remaining = await ops.pause_queue(keys, False, emit=False).run(client)
+    await ops.run_plan(client, ops.resume_plan(keys))
 
 
 async def get_state(

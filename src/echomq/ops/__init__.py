@@ -15,6 +15,7 @@ from ._base import (
     Op,
     Plan,
     ScriptOp,
+    TransactionOp,
     check_code,
     flat_to_dict,
     hash_to_dict,
@@ -23,7 +24,16 @@ from ._base import (
     run_plan_sync,
     to_str,
 )
-from .add import PreparedJob, add_job, get_job_hash, prepare_job, validate_job_id
+from .add import (
+    BulkItem,
+    PreparedJob,
+    add_job,
+    add_jobs,
+    get_job_hash,
+    prepare_bulk,
+    prepare_job,
+    validate_job_id,
+)
 from .admin import (
     CleanBatch,
     clean_batch,
@@ -56,12 +66,14 @@ from .jobs import (
     pause_queue,
     promote_job,
     reprocess_job,
+    resume_plan,
     trim_events,
     update_data,
     update_progress,
 )
 
 __all__ = [
+    "BulkItem",
     "CleanBatch",
     "CommandOp",
     "DEFAULT_COUNT_TYPES",
@@ -71,7 +83,9 @@ __all__ = [
     "Plan",
     "PreparedJob",
     "ScriptOp",
+    "TransactionOp",
     "add_job",
+    "add_jobs",
     "add_log",
     "change_delay",
     "change_priority",
@@ -97,11 +111,13 @@ __all__ = [
     "obliterate_batch",
     "obliterate_plan",
     "pause_queue",
+    "prepare_bulk",
     "prepare_job",
     "promote_job",
     "promote_jobs_plan",
     "remove_job",
     "reprocess_job",
+    "resume_plan",
     "retry_jobs_plan",
     "run_plan",
     "run_plan_sync",

@@ -100,6 +100,33 @@ class CommandOp(Op[T]):
             return self.parse(pipe.execute())
 
 
+@dataclass(slots=True)
+class TransactionOp(Op[list[T]]):
+    """Script calls sent in one MULTI/EXEC, so they land together or not at all.
+
+    The scripts are loaded before the transaction: a NOSCRIPT would only surface at EXEC,
+    after the other calls ran.
+    """
+
+    calls: Sequence[ScriptOp[T]]
+
+    async def run(self, client: redis.asyncio.Redis) -> list[T]:
+        await scripts.ensure_loaded(client, [call.script for call in self.calls])
+        async with client.pipeline(transaction=True) as pipe:
+            for call in self.calls:
+                call.script.queue(pipe, call.keys, call.args)
+            replies = await pipe.execute()
+        return [call.parse(reply) for call, reply in zip(self.calls, replies)]
+
+    def run_sync(self, client: redis.Redis) -> list[T]:
+        scripts.ensure_loaded_sync(client, [call.script for call in self.calls])
+        with client.pipeline(transaction=True) as pipe:
+            for call in self.calls:
+                call.script.queue(pipe, call.keys, call.args)
+            replies = pipe.execute()
+        return [call.parse(reply) for call, reply in zip(self.calls, replies)]
+
+
 def check_code(reply: Any, *, job_id: str | None, command: str, state: str = "") -> Any:
     """Raise the mapped error when a script replied with a negative integer code."""
     if isinstance(reply, int) and reply < 0:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
-from ..errors import InvalidJobIdError, PayloadError
-from ..options import UNSET, JobOptions, moment_to_ms, to_ms
+from ..errors import InvalidJobIdError, PayloadError, ValidationError
+from ..options import EMPTY_OPTIONS, UNSET, JobOptions, coerce_options, moment_to_ms, to_ms
 from ..protocol import fields
 from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys
-from ._base import CommandOp, ScriptOp, check_code, flat_to_dict, hash_to_dict, now_ms, to_str
+from ._base import (
+    CommandOp,
+    ScriptOp,
+    TransactionOp,
+    check_code,
+    flat_to_dict,
+    hash_to_dict,
+    now_ms,
+    to_str,
+)
+
+#: One item of ``add_bulk``: ``(name, data)`` or ``(name, data, options)``.
+BulkItem = tuple[str, Any] | tuple[str, Any, JobOptions | Mapping[str, Any]]
 
 
 def validate_job_id(job_id: str) -> None:
@@ -105,6 +117,27 @@ def add_job(keys: QueueKeys, job: PreparedJob) -> ScriptOp[str]:
         ],
         lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
     )
+
+
+def prepare_bulk(
+    items: Iterable[BulkItem], defaults: JobOptions = EMPTY_OPTIONS
+) -> list[PreparedJob]:
+    """Validate and encode every item of a bulk add; raises before anything is written."""
+    now = now_ms()
+    prepared = []
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) not in (2, 3):
+            raise ValidationError(
+                f"add_bulk item {index} must be (name, data) or (name, data, options), got {item!r}"
+            )
+        options = defaults.merged(coerce_options(item[2])) if len(item) == 3 else defaults
+        prepared.append(prepare_job(item[0], item[1], options, now))
+    return prepared
+
+
+def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> TransactionOp[str]:
+    """The add script calls of prepared jobs in one MULTI/EXEC; replies parse to their ids."""
+    return TransactionOp([add_job(keys, job) for job in jobs])
 
 
 def get_job_hash(keys: QueueKeys, job_id: str) -> CommandOp[dict[str, str] | None]:

@@ -345,6 +345,20 @@ def pause_queue(keys: QueueKeys, pause: bool, *, emit: bool = True) -> ScriptOp[
     )
 
 
+def resume_plan(keys: QueueKeys) -> Plan[None]:
+    """Resume the queue, moving a legacy ``paused`` list to ``wait`` one batch per call.
+
+    Only the first call emits ``resumed``.
+    """
+
+    def plan() -> Plan[None]:
+        remaining: int = yield pause_queue(keys, False)
+        while remaining > 0:
+            remaining = yield pause_queue(keys, False, emit=False)
+
+    return plan()
+
+
 # -- one job -------------------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from ._backoff import BackoffStrategy
 from ._execute import JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
 from ._locks import LockRenewer
-from ._retry import Backoff, retrying
+from ._retry import Backoff, retrying, stop_tasks
 from ._stalled import StalledChecker
 
 __all__ = ["BackoffStrategy", "Processor", "Worker"]
@@ -164,8 +164,8 @@ class Worker:
         self._tasks = [
             fetch_task,
             asyncio.create_task(self._finish_loop(), name=f"echomq-finish-{self.name}"),
-            asyncio.create_task(renewer.run(), name=f"echomq-locks-{self.name}"),
-            asyncio.create_task(checker.run(), name=f"echomq-stalled-{self.name}"),
+            asyncio.create_task(renewer.run(self._is_running), name=f"echomq-locks-{self.name}"),
+            asyncio.create_task(checker.run(self._is_running), name=f"echomq-stalled-{self.name}"),
         ]
         logger.info("worker %s started on queue %s", self.id, self.name)
         try:
@@ -193,21 +193,15 @@ class Worker:
         fetch_task, finish_task, *others = self._tasks
         # The loops also watch the state, in case a cancellation is absorbed mid-command.
         self._wake.set()
-        fetch_task.cancel()
-        await asyncio.wait([fetch_task], timeout=5.0)
+        await stop_tasks([fetch_task])
         running = list(self._running.values())
         if running and not force:
             grace = to_seconds(self.options.close_grace, "close_grace")
             await asyncio.wait(running, timeout=grace)
-        for task in self._running.values():
-            task.cancel()
-        if self._running:
-            await asyncio.wait(list(self._running.values()), timeout=5.0)
+        await stop_tasks(list(self._running.values()))
         self._flush.set()  # record what finished; the finisher returns once nothing is pending
         await asyncio.wait([finish_task], timeout=10.0)
-        for task in (fetch_task, finish_task, *others):
-            task.cancel()
-        await asyncio.wait([fetch_task, finish_task, *others], timeout=5.0)
+        await stop_tasks([finish_task, *others])
         if self._waiter is not None:
             await self._waiter.aclose()
         if self._executor is not None:
@@ -259,12 +253,21 @@ class Worker:
     def _stopping(self) -> bool:
         return self._state != "running"
 
-    def _free_slots(self) -> int:
+    def _is_running(self) -> bool:
+        return self._state == "running"
+
+    def _free_slots(self, *, for_finisher: bool = False) -> int:
+        """Slots a fetch may fill now.
+
+        Slots of jobs whose outcome waits to be recorded belong to the finisher, which takes
+        the next jobs in the same call; the fetch loop only fills the others.
+        """
         if self._paused or self._state != "running":
             return 0
         if time.monotonic() < self._rate_limit_until:
             return 0
-        return self.options.concurrency - len(self._running) - self._reserved
+        free = self.options.concurrency - len(self._running) - self._reserved
+        return free if for_finisher else free - len(self._pending)
 
     def _fetch_params(self) -> wops.FetchParams:
         opts = self.options
@@ -383,7 +386,7 @@ class Worker:
         batch, self._pending = self._pending, []
         if not self.options.batch_finish and len(batch) > 1:
             batch, self._pending = batch[:1], batch[1:] + self._pending
-        fetch = max(self._free_slots(), 0)
+        fetch = max(self._free_slots(for_finisher=True), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
         reply = await self._call(items, fetch)
         if reply is None:  # stopping while Redis is unreachable: the stalled check recovers
@@ -395,9 +398,10 @@ class Worker:
             else:
                 log_outcome(self.name, finished.job, finished.outcome, finished.started)
         self._dispatch(reply)
-        if fetch > 0 and len(reply.jobs) < fetch and reply.rate_limit_ttl_ms == 0:
-            self._empty_hint = True
-        self._wake_fetcher()
+        if len(reply.jobs) < fetch or any(code < 0 for code in reply.codes):
+            # the queue ran dry (or a slot was not refilled): the fetch loop takes over
+            self._empty_hint = reply.rate_limit_ttl_ms == 0
+            self._wake_fetcher()
 
     def _report_refused(self, finished: _Finished, code: int) -> None:
         error: ScriptError = error_for_code(

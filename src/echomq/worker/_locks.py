@@ -55,9 +55,9 @@ class LockRenewer:
             self._on_lost(job_id)
         return lost
 
-    async def run(self) -> None:
-        """Renew forever (until cancelled)."""
-        while True:
+    async def run(self, keep_going: Callable[[], bool]) -> None:
+        """Renew until cancelled or ``keep_going()`` turns false."""
+        while keep_going():
             await asyncio.sleep(self._interval)
             try:
                 await self.renew_once()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -54,3 +54,22 @@ async def retrying(
             continue
         backoff.reset()
         return result
+
+
+async def stop_tasks(tasks: list[asyncio.Task[Any]], timeout: float = 5.0) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again until they end.
+
+    A cancellation can be absorbed by a client library mid-command (the task then carries on),
+    so one ``cancel()`` is not enough to be sure a loop stops.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    pending = [t for t in tasks if not t.done()]
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            logger.error("%d worker task(s) did not stop in time", len(pending))
+            return
+        _, still = await asyncio.wait(pending, timeout=min(0.1, left))
+        pending = list(still)

@@ -50,9 +50,9 @@ class StalledChecker:
             )
         return recovered
 
-    async def run(self) -> None:
-        """Check forever (until cancelled)."""
-        while True:
+    async def run(self, keep_going: Callable[[], bool]) -> None:
+        """Check until cancelled or ``keep_going()`` turns false."""
+        while keep_going():
             try:
                 await self.check_once()
             except TRANSIENT as exc:

@@ -1,0 +1,1 @@
+"""Processor modules for worker subprocesses started by tests (importable with cwd = tests/)."""
