@@ -9,7 +9,6 @@ as addParentJob would, and children are added through the add script with a pare
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -115,9 +114,9 @@ async def make_parent(r: R, keys: QueueKeys, parent_id: str) -> None:
 
 async def add_child(r: R, keys: QueueKeys, parent: QueueKeys, parent_id: str, job_id: str) -> str:
     """Add a child through the add script with a parent (as FlowProducer does)."""
-    op = ops.add_job(keys, ops.prepare_job("child", {}, JobOptions(job_id=job_id)))
-    op.args[9] = parent.job(parent_id)
-    op.args[10] = json.dumps({"id": parent_id, "queueKey": parent.qualified})
+    op = ops.add_job(
+        keys, ops.prepare_job("child", {}, JobOptions(job_id=job_id)), parent=(parent, parent_id)
+    )
     return await op.run(r)
 
 

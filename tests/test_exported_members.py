@@ -1,4 +1,4 @@
-"""The public surface: ``echomq.__all__`` is sorted and complete, and everything public is documented.
+"""The public surface: ``echomq.__all__`` is sorted and complete; everything public has docs.
 
 Like httpx ``tests/test_exported_members.py``: a name added to the package namespace without
 being exported (or exported without existing) fails here, as does a public callable without a
@@ -101,4 +101,3 @@ def test_every_public_callable_has_a_docstring() -> None:
     assert len(callables) > len(echomq.__all__) // 2  # the walk found the API
     undocumented = [name for name, obj in callables if not _own_doc(obj)]
     assert undocumented == []
-

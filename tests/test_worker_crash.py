@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _procs import WorkerProcs, run_counts, runs
-from helpers import wait_for
 from redis.asyncio import Redis
 
 import echomq
+from _procs import WorkerProcs, run_counts, runs
+from helpers import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 

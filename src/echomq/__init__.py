@@ -1,4 +1,9 @@
-"""EchoMQ: a job queue whose whole state lives in Redis, wire-compatible with BullMQ 6."""
+"""EchoMQ: a job queue whose whole state lives in Redis, wire-compatible with BullMQ 6.
+
+The API here is async. ``echomq.sync`` (``import echomq.sync``) is its synchronous producer
+twin over a ``redis.Redis`` client, for Django, Flask and scripts: the same functions, a
+``Queue`` and a ``Job``, with no event loop inside.
+"""
 
 from .errors import (
     ActiveJobsError,

@@ -5,15 +5,50 @@ Nothing connects here: redis-py clients connect lazily on their first command.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, cast
+
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from .errors import ConnectionNotOpenError, ValidationError
 
-AsyncConnection = redis.asyncio.Redis | str
-SyncConnection = redis.Redis | str
+if TYPE_CHECKING:
+    from .protocol.keys import QueueKeys
+
+AsyncConnection = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | str
+SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def has_hash_tag(key: str) -> bool:
+    """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
+    start = key.find("{")
+    return start >= 0 and key.find("}", start + 1) > start + 1
+
+
+def check_cluster_keys(client: object, keys: QueueKeys) -> None:
+    """On Redis Cluster, refuse a queue whose keys would spread over several slots."""
+    is_cluster = isinstance(
+        client, (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster)
+    )
+    if is_cluster and not has_hash_tag(keys.base):
+        raise ValidationError(
+            f"queue {keys.name!r} with prefix {keys.prefix!r} has no hash tag, so its keys "
+            "would land in different Redis Cluster slots; use a prefix like '{bull}' or a "
+            "queue name like '{" + keys.name + "}'"
+        )
+
+
+@functools.cache
+def _cluster_parameters() -> frozenset[str]:
+    """Keyword arguments RedisCluster accepts (its stored connection kwargs hold more)."""
+    params = inspect.signature(redis.asyncio.cluster.RedisCluster.__init__).parameters
+    return frozenset(params) - {"self", "host", "port", "startup_nodes"}
 
 
 def _check_url(url: str) -> None:
@@ -34,14 +69,15 @@ class AsyncConn:
             self._client: redis.asyncio.Redis | None = redis.asyncio.Redis.from_url(connection)
             self.owned = True
             self.url: str | None = connection
-        elif isinstance(connection, redis.asyncio.Redis):
-            self._client = connection
+        elif isinstance(connection, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
+            # A RedisCluster offers the commands echomq uses; typed as Redis internally.
+            self._client = cast(redis.asyncio.Redis, connection)
             self.owned = False
             self.url = None
         else:
             raise ValidationError(
-                "connection must be a redis.asyncio.Redis or a redis:// / rediss:// / unix:// URL,"
-                f" got {type(connection).__name__}"
+                "connection must be a redis.asyncio.Redis, a redis.asyncio.cluster.RedisCluster "
+                f"or a redis:// / rediss:// / unix:// URL, got {type(connection).__name__}"
             )
 
     @property
@@ -61,6 +97,19 @@ class AsyncConn:
             **overrides: connection keyword arguments to change (e.g. ``client_name``).
         """
         client = self.client
+        if isinstance(client, redis.asyncio.cluster.RedisCluster):
+            nodes = [
+                redis.asyncio.cluster.ClusterNode(node.host, node.port)
+                for node in client.get_primaries()
+            ]
+            accepted = _cluster_parameters()
+            options: dict[str, Any] = {
+                k: v for k, v in {**client.connection_kwargs, **overrides}.items() if k in accepted
+            }
+            return cast(
+                redis.asyncio.Redis,
+                redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options),
+            )
         pool = client.connection_pool
         kwargs = {**pool.connection_kwargs, **overrides}
         # from_pool: the new client owns its pool and closes it with itself.
@@ -85,8 +134,8 @@ class SyncConn:
             _check_url(connection)
             self._client: redis.Redis | None = redis.Redis.from_url(connection)
             self.owned = True
-        elif isinstance(connection, redis.Redis):
-            self._client = connection
+        elif isinstance(connection, (redis.Redis, redis.cluster.RedisCluster)):
+            self._client = cast(redis.Redis, connection)
             self.owned = False
         else:
             raise ValidationError(

@@ -117,7 +117,9 @@ class Backoff:
         if isinstance(value, Mapping):
             unknown = set(value) - {"type", "delay", "jitter"}
             if unknown:
-                raise InvalidOptionError(f"backoff has unknown keys {sorted(unknown)}")
+                raise InvalidOptionError(
+                    f"backoff has unknown keys {sorted(unknown)}; allowed: type, delay, jitter"
+                )
             return cls(**value)
         if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
             return cls(type="fixed", delay=value)
@@ -159,7 +161,11 @@ Retention: TypeAlias = bool | int | KeepJobs
 def _check_retention(value: object, field: str) -> None:
     if isinstance(value, (bool, KeepJobs)):
         return
-    _check_int(value, field, low=0)
+    if not isinstance(value, int) or value < 0:
+        raise InvalidOptionError(
+            f"{field} must be True (remove at once), False (keep all), a count >= 0 of jobs to "
+            f"keep, or a KeepJobs(count=..., age=...), got {value!r}"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,6 +233,8 @@ class JobOptions:
     @classmethod
     def build(cls, options: Mapping[str, Any]) -> JobOptions:
         """Build from keyword options, naming unknown ones in the error."""
+        if not options:
+            return EMPTY_OPTIONS
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(options) - names
         if unknown:
@@ -237,6 +245,8 @@ class JobOptions:
 
     def merged(self, overrides: JobOptions) -> JobOptions:
         """These options with every field that ``overrides`` sets replaced."""
+        if overrides is EMPTY_OPTIONS:
+            return self
         changes = {
             f.name: getattr(overrides, f.name)
             for f in dataclasses.fields(overrides)

@@ -21,7 +21,7 @@ from ._connection import AsyncConn, AsyncConnection
 from .job import Job, JobData, JobState, ms_to_datetime
 from .ops import BulkItem as BulkItem
 from .ops import prepare_bulk as prepare_bulk
-from .options import EMPTY_OPTIONS, Duration, JobOptions, JobOptionsDict, coerce_options
+from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
 from .protocol import fields
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 
@@ -69,7 +69,7 @@ async def _add_bulk(
 async def add(
     queue: str,
     name: str,
-    data: Any = None,
+    data: Any = UNSET,
     *,
     connection: redis.asyncio.Redis | str,
     prefix: str = DEFAULT_PREFIX,
@@ -80,7 +80,7 @@ async def add(
     Args:
         queue: the queue name (no ``:``).
         name: the job name, given to the processor.
-        data: the payload; any JSON-serialisable value.
+        data: the payload; any JSON-serialisable value (``{}`` when omitted, as in Node).
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
         prefix: the key prefix (``bull`` is BullMQ's default).
         **options: job options, see :class:`~echomq.JobOptions`.
@@ -384,7 +384,7 @@ class Queue:
         """Options applied to every job added through this queue."""
         return self._defaults
 
-    async def add(self, name: str, data: Any = None, **options: Unpack[JobOptionsDict]) -> Job:
+    async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""
         merged = self._defaults.merged(JobOptions.build(options))
         return await _add(self._conn, self._keys, name, data, merged)

@@ -23,9 +23,21 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 from redis.exceptions import NoScriptError
 
+from ._connection import has_hash_tag
+from .errors import ValidationError
+
 Arg = str | bytes | int | float
+
+_CLUSTERS = (
+    redis.asyncio.cluster.RedisCluster,
+    redis.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterPipeline,
+    redis.cluster.ClusterPipeline,
+)
 
 _INCLUDE = re.compile(r'^--@include "([\w-]+)"\s*$', re.MULTILINE)
 _KEY_DECL = re.compile(r"^\s*(?:--)?\s*KEYS\[(\d+)\]", re.MULTILINE)
@@ -40,18 +52,24 @@ class Script:
     sha: str
     numkeys: int
 
-    def check(self, keys: Sequence[str]) -> None:
-        """Refuse a call whose key count differs from the header's declaration."""
+    def check(self, keys: Sequence[str], client: object = None) -> None:
+        """Refuse a call whose key count differs from the header's declaration, and on
+        Redis Cluster a call whose keys carry no hash tag (they would span slots)."""
         if len(keys) != self.numkeys:
             raise AssertionError(
                 f"script {self.name} declares {self.numkeys} KEYS, called with {len(keys)}"
+            )
+        if keys and isinstance(client, _CLUSTERS) and not has_hash_tag(keys[0]):
+            raise ValidationError(
+                f"key {keys[0]!r} has no hash tag, so a queue's keys would land in different "
+                "Redis Cluster slots; use a prefix like '{bull}' or a queue name like '{emails}'"
             )
 
     async def run(
         self, client: redis.asyncio.Redis, keys: Sequence[str], args: Sequence[Arg]
     ) -> Any:
         """EVALSHA on an async client, loading the script on NOSCRIPT."""
-        self.check(keys)
+        self.check(keys, client)
         try:
             return await client.evalsha(self.sha, self.numkeys, *keys, *args)
         except NoScriptError:
@@ -60,7 +78,7 @@ class Script:
 
     def run_sync(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA on a sync client, loading the script on NOSCRIPT."""
-        self.check(keys)
+        self.check(keys, client)
         try:
             return client.evalsha(self.sha, self.numkeys, *keys, *args)
         except NoScriptError:
@@ -69,8 +87,9 @@ class Script:
 
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
         """Queue an EVALSHA on a (sync or async) pipeline; call :func:`ensure_loaded` first."""
-        self.check(keys)
-        pipe.evalsha(self.sha, self.numkeys, *keys, *args)
+        self.check(keys, pipe)
+        # execute_command, not pipe.evalsha: redis-py's cluster pipeline blocks the method name
+        pipe.execute_command("EVALSHA", self.sha, self.numkeys, *keys, *args)
 
 
 def _read(name: str) -> str:

@@ -4,37 +4,25 @@
   failed), retryJob and moveToDelayed do to keys, fields and events (CORE.md 7.6-7.8), then
   what moveToActive does (7.5) for each job it takes. With no items it is moveToActive.
 
-  KEYS[1]  wait
-  KEYS[2]  active
-  KEYS[3]  prioritized
-  KEYS[4]  events
-  KEYS[5]  stalled
-  KEYS[6]  limiter
-  KEYS[7]  delayed
-  KEYS[8]  meta
-  KEYS[9]  pc
-  KEYS[10] marker
-  KEYS[11] completed
-  KEYS[12] failed
-  KEYS[13] metrics:completed
-  KEYS[14] metrics:failed
+  KEYS[1]  base key "P:Q:"; every key used is derived from it (wait, active, prioritized,
+           events, stalled, limiter, delayed, meta, pc, marker, completed, failed,
+           metrics:completed, metrics:failed, and job keys), so one hash tag covers them all
 
-  ARGV[1]  base key "P:Q:"
-  ARGV[2]  now (ms)
-  ARGV[3]  items: JSON array of arrays
+  ARGV[1]  now (ms)
+  ARGV[2]  items: JSON array of arrays
            [kind, jobId, token, value, attempts, keepCount, keepAge, keepLimit, fields, delayMs,
             flag]
            kind "C" complete (value = returnvalue JSON text), "F" fail (value = failedReason),
            "R" retry now (flag 1 = lifo), "D" move to delayed (flag 1 = do not count an attempt).
            keepAge/keepLimit: "" when unset; fields: flat array of hash fields to set first.
-  ARGV[4]  how many jobs to take afterwards (0 = none)
-  ARGV[5]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[6] + i - 1)
-  ARGV[6]  first token counter
-  ARGV[7]  lock duration (ms)
-  ARGV[8]  worker limiter max, or ""
-  ARGV[9]  worker limiter duration (ms), or ""
-  ARGV[10] worker name, or ""
-  ARGV[11] metrics max data points, or "" (no metrics)
+  ARGV[3]  how many jobs to take afterwards (0 = none)
+  ARGV[4]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[5] + i - 1)
+  ARGV[5]  first token counter
+  ARGV[6]  lock duration (ms)
+  ARGV[7]  worker limiter max, or ""
+  ARGV[8]  worker limiter duration (ms), or ""
+  ARGV[9]  worker name, or ""
+  ARGV[10] metrics max data points, or "" (no metrics)
 
   Returns: {codes, taken, rate_limit_ttl, next_delayed_due}
     codes: one integer per item, 0 or an error code
@@ -47,14 +35,15 @@
 --@include "parent"
 --@include "fetch"
 
-local base = ARGV[1]
-local now = tonumber(ARGV[2])
+local base = KEYS[1]
+local now = tonumber(ARGV[1])
 local k = {
-  wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4], stalled = KEYS[5],
-  limiter = KEYS[6], delayed = KEYS[7], meta = KEYS[8], pc = KEYS[9], marker = KEYS[10],
+  wait = base .. "wait", active = base .. "active", prioritized = base .. "prioritized",
+  events = base .. "events", stalled = base .. "stalled", limiter = base .. "limiter",
+  delayed = base .. "delayed", meta = base .. "meta", pc = base .. "pc", marker = base .. "marker",
 }
-local items = cjson.decode(ARGV[3])
-local max_metrics = tonumber(ARGV[11])
+local items = cjson.decode(ARGV[2])
+local max_metrics = tonumber(ARGV[10])
 
 -- Release the caller's lock: 0, or -6 / -2 (nothing written yet in that case).
 local function release_lock(job_key, job_id, token)
@@ -154,7 +143,7 @@ local function finish(item, job_id, job_key, completed, max_len)
     end
   end
   local attempts_made = redis.call("HINCRBY", job_key, "atm", 1)
-  local target = completed and KEYS[11] or KEYS[12]
+  local target = base .. (completed and "completed" or "failed")
   if keep_count == 0 then
     delete_job_keys(job_key)
     if linked[1] then
@@ -182,7 +171,7 @@ local function finish(item, job_id, job_key, completed, max_len)
     end
   end
   if max_metrics then
-    collect_metrics(completed and KEYS[13] or KEYS[14])
+    collect_metrics(base .. (completed and "metrics:completed" or "metrics:failed"))
   end
 end
 
@@ -266,12 +255,12 @@ if #items > 0 then
   end
 end
 
-local want = tonumber(ARGV[4])
+local want = tonumber(ARGV[3])
 local fetched = {{}, 0, 0}
 if want > 0 then
   fetched = fetch_jobs(base, k, now, want, {
-    token_prefix = ARGV[5], token_start = tonumber(ARGV[6]), lock_ms = ARGV[7],
-    limiter_max = tonumber(ARGV[8]), limiter_duration = tonumber(ARGV[9]), name = ARGV[10],
+    token_prefix = ARGV[4], token_start = tonumber(ARGV[5]), lock_ms = ARGV[6],
+    limiter_max = tonumber(ARGV[7]), limiter_duration = tonumber(ARGV[8]), name = ARGV[9],
   })
 end
 if any_delayed then

@@ -58,12 +58,28 @@ class PreparedJob:
     priority: int
 
 
+_EMPTY_OPTS_JSON = fields.dumps(fields.options_to_wire(EMPTY_OPTIONS))
+
+
+def _opts_json(options: JobOptions) -> str:
+    """The stored ``opts`` text (precomputed for the common no-options case).
+
+    Not cached by value: options that compare equal may still be stored differently
+    (``remove_on_fail=False`` keeps every job, ``0`` keeps none, yet ``False == 0``).
+    """
+    if options is EMPTY_OPTIONS:
+        return _EMPTY_OPTS_JSON
+    return fields.dumps(fields.options_to_wire(options), "job options")
+
+
 def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = None) -> PreparedJob:
     """Validate one job and encode it; raises before anything is written."""
     if not isinstance(name, str):
         raise PayloadError(f"job name must be a str, got {type(name).__name__}")
     if options.job_id is not UNSET:
         validate_job_id(options.job_id)
+    if data is UNSET:  # no data given: `{}`, as Node stores for undefined data
+        data = {}
     data_json = fields.dumps(data, "job data")
     size_limit = options.size_limit
     if size_limit is not UNSET:
@@ -80,30 +96,33 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
     )
     delay = to_ms(options.delay, "delay") if options.delay is not UNSET else 0
     priority = options.priority if options.priority is not UNSET else 0
-    opts_json = fields.dumps(fields.options_to_wire(options), "job options")
+    opts_json = _opts_json(options)
     return PreparedJob(name, data, data_json, options, opts_json, timestamp, delay, priority)
 
 
-def add_job(keys: QueueKeys, job: PreparedJob) -> ScriptOp[str]:
-    """The add script call for a prepared job; the reply parses to the job id."""
+def add_job(
+    keys: QueueKeys, job: PreparedJob, parent: tuple[QueueKeys, str] | None = None
+) -> ScriptOp[str]:
+    """The add script call for a prepared job; the reply parses to the job id.
+
+    Args:
+        keys: the job's queue.
+        job: the validated job.
+        parent: ``(parent queue, parent id)`` for a child of a flow: the parent must exist;
+            the child is stored with ``parentKey``/``parent`` and joins its dependencies.
+    """
+    parent_key = parent_json = ""
+    if parent is not None:
+        parent_keys, parent_id = parent
+        parent_key = parent_keys.job(parent_id)
+        parent_json = fields.dumps({"id": parent_id, "queueKey": parent_keys.qualified})
     script = scripts.get("addJob")
     custom = job.options.job_id if job.options.job_id is not UNSET else ""
     lifo = "1" if job.options.lifo is True else "0"
     return ScriptOp(
         script,
+        [keys.base],
         [
-            keys.wait,
-            keys.meta,
-            keys.id,
-            keys.delayed,
-            keys.prioritized,
-            keys.active,
-            keys.events,
-            keys.marker,
-            keys.pc,
-        ],
-        [
-            keys.base,
             custom,
             job.name,
             job.timestamp_ms,
@@ -112,8 +131,8 @@ def add_job(keys: QueueKeys, job: PreparedJob) -> ScriptOp[str]:
             job.delay_ms,
             job.priority,
             lifo,
-            "",
-            "",
+            parent_key,
+            parent_json,
         ],
         lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
     )

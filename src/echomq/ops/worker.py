@@ -106,24 +106,8 @@ def finish_and_fetch(
     """Record ``items`` then take up to ``fetch`` jobs, in one script call."""
     return ScriptOp(
         scripts.get("finishAndFetch"),
+        [keys.base],
         [
-            keys.wait,
-            keys.active,
-            keys.prioritized,
-            keys.events,
-            keys.stalled,
-            keys.limiter,
-            keys.delayed,
-            keys.meta,
-            keys.pc,
-            keys.marker,
-            keys.completed,
-            keys.failed,
-            keys.metrics_completed,
-            keys.metrics_failed,
-        ],
-        [
-            keys.base,
             now,
             _dumps(items) if items else "[]",
             fetch,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection
@@ -33,7 +34,7 @@ from ._backoff import BackoffStrategy
 from ._execute import JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
 from ._locks import LockRenewer
-from ._retry import Backoff, retrying, stop_tasks
+from ._retry import TRANSIENT, Backoff, retrying, stop_tasks
 from ._stalled import StalledChecker
 
 __all__ = ["BackoffStrategy", "Processor", "Worker"]
@@ -190,6 +191,11 @@ class Worker:
             return
         self._state = "closing"
         assert self._wake is not None and self._flush is not None and self._stopped is not None
+        if not self._tasks:  # run() failed before it started its loops
+            await self._conn.aclose()
+            self._state = "closed"
+            self._stopped.set()
+            return
         fetch_task, finish_task, *others = self._tasks
         # The loops also watch the state, in case a cancellation is absorbed mid-command.
         self._wake.set()
@@ -337,6 +343,9 @@ class Worker:
                 backoff.reset()
             except asyncio.CancelledError:
                 raise
+            except TRANSIENT as exc:
+                logger.warning("fetching failed (%s: %s); retrying", type(exc).__name__, exc)
+                await backoff.sleep()
             except Exception as exc:  # the loop must never die silently
                 logger.exception("fetch loop error (%s); retrying", exc)
                 await backoff.sleep()
@@ -388,20 +397,59 @@ class Worker:
             batch, self._pending = batch[:1], batch[1:] + self._pending
         fetch = max(self._free_slots(for_finisher=True), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
-        reply = await self._call(items, fetch)
+        try:
+            reply = await self._call(items, fetch)
+        except ResponseError as exc:
+            await self._record_one_by_one(batch, exc)
+            self._wake_fetcher()
+            return
         if reply is None:  # stopping while Redis is unreachable: the stalled check recovers
             return
         for finished, code in zip(batch, reply.codes):
-            self._held.pop(finished.token, None)
-            if code < 0:
-                self._report_refused(finished, code)
-            else:
-                log_outcome(self.name, finished.job, finished.outcome, finished.started)
+            self._record(finished, code)
         self._dispatch(reply)
         if len(reply.jobs) < fetch or any(code < 0 for code in reply.codes):
             # the queue ran dry (or a slot was not refilled): the fetch loop takes over
             self._empty_hint = reply.rate_limit_ttl_ms == 0
             self._wake_fetcher()
+
+    def _record(self, finished: _Finished, code: int, *, after_error: bool = False) -> None:
+        self._held.pop(finished.token, None)
+        if code >= 0:
+            log_outcome(self.name, finished.job, finished.outcome, finished.started)
+        elif after_error and code in (codes.JOB_LOCK_NOT_EXIST, codes.JOB_NOT_IN_STATE):
+            # The failed call wrote this outcome before erroring (scripts are not rolled back).
+            logger.info(
+                "queue=%s job=%s outcome %s was recorded before a script error",
+                self.name,
+                finished.job.id,
+                finished.outcome.status,
+            )
+        else:
+            self._report_refused(finished, code)
+
+    async def _record_one_by_one(self, batch: list[_Finished], error: ResponseError) -> None:
+        """A batch call failed with a script error: record each outcome on its own, so one
+        poisoned job (left active, for the stalled check) does not hold back the others."""
+        logger.error("queue=%s finishing %d job(s) failed: %s", self.name, len(batch), error)
+        for finished in batch:
+            if finished.outcome.item is None:
+                continue
+            try:
+                reply = await self._call([finished.outcome.item], 0)
+            except ResponseError as exc:
+                self._held.pop(finished.token, None)
+                logger.error(
+                    "queue=%s job=%s outcome %s not recorded (%s); the stalled check will "
+                    "recover the job",
+                    self.name,
+                    finished.job.id,
+                    finished.outcome.status,
+                    exc,
+                )
+                continue
+            if reply is not None:
+                self._record(finished, reply.codes[0], after_error=True)
 
     def _report_refused(self, finished: _Finished, code: int) -> None:
         error: ScriptError = error_for_code(

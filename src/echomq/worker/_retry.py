@@ -7,14 +7,26 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
-#: Errors a worker loop survives: the server went away, restarted, killed a connection,
-#: or a script failed. Anything else is a bug and propagates.
+#: Errors a worker loop survives by logging and trying again later: the server went away,
+#: restarted, killed a connection, or a script failed.
 TRANSIENT = (RedisError, OSError, asyncio.TimeoutError)
+
+#: Errors worth retrying the *same* call for: the connection, not the data, is at fault.
+#: A script error (ResponseError) would fail again the same way, so it is not retried
+#: blindly (a failover's READONLY reply is the exception).
+RETRYABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError, asyncio.TimeoutError)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether repeating the same call may succeed."""
+    return isinstance(exc, RETRYABLE) or not isinstance(exc, ResponseError)
 
 
 class Backoff:
@@ -41,12 +53,18 @@ async def retrying(
     is_stopping: Callable[[], bool],
     backoff: Backoff | None = None,
 ) -> T | None:
-    """Run ``call`` until it succeeds; None if the worker began stopping meanwhile."""
+    """Run ``call`` until it succeeds; None if the worker began stopping meanwhile.
+
+    Connection trouble is retried with backoff; a script error (ResponseError) propagates,
+    since repeating the same call would fail the same way.
+    """
     backoff = backoff or Backoff()
     while True:
         try:
             result = await call()
         except TRANSIENT as exc:
+            if not is_retryable(exc):
+                raise
             if is_stopping():
                 return None
             logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)

@@ -1,0 +1,185 @@
+"""Redis Cluster: every key of a queue hashes to one slot (CORE.md 2.4), and the API works there.
+
+Two hash-tag layouts are covered: the prefix ``{bull}`` and a braced queue name ``{emails}``.
+The clients are ``redis.asyncio.cluster.RedisCluster`` on the suite's 3-master cluster
+(``redis_cluster`` fixture); each test closes what it opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+from redis.cluster import RedisCluster as SyncRedisCluster
+from redis.crc import key_slot
+
+import echomq
+from echomq import JobState, Queue, Worker
+from echomq.protocol.keys import QueueKeys, queue_keys
+from helpers import close_sync_cluster, wait_for
+
+LAYOUTS = [
+    pytest.param("{bull}", lambda: f"q-{uuid.uuid4().hex[:8]}", id="braced-prefix"),
+    pytest.param("bull", lambda: f"{{emails-{uuid.uuid4().hex[:8]}}}", id="braced-name"),
+]
+
+
+def all_keys(keys: QueueKeys, job_id: str = "1") -> list[str]:
+    """Every queue-level key and one job's keys."""
+    names = [s for s in QueueKeys.__slots__ if s not in ("name", "prefix", "qualified", "base")]
+    return [
+        *(getattr(keys, n) for n in names),
+        keys.job(job_id),
+        keys.lock(job_id),
+        keys.logs(job_id),
+        keys.base + "de:some-dedup-id",
+        keys.qualified,
+    ]
+
+
+@pytest.fixture
+async def cluster(redis_cluster: list[str]) -> AsyncIterator[RedisCluster]:
+    client = RedisCluster.from_url(redis_cluster[0], decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+# -- slots -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix"), [("x", "{bull}"), ("{emails}", "bull"), ("{emails}", "{bull}")]
+)
+def test_queue_keys_share_one_slot(name: str, prefix: str) -> None:
+    keys = queue_keys(name, prefix)
+    slots = {key_slot(k.encode()) for k in all_keys(keys)}
+    assert len(slots) == 1
+    tag = "bull" if prefix == "{bull}" else "emails"
+    assert slots == {key_slot(tag.encode())}
+
+
+def test_keys_keep_braces_as_given() -> None:
+    assert queue_keys("{emails}").wait == "bull:{emails}:wait"
+    assert queue_keys("q", "{bull}").wait == "{bull}:q:wait"
+
+
+def test_unbraced_queue_spreads_over_slots() -> None:
+    slots = {key_slot(k.encode()) for k in all_keys(queue_keys("plain"))}
+    assert len(slots) > 1
+
+
+async def test_cluster_slot_agrees_with_the_server(cluster: RedisCluster) -> None:
+    keys = queue_keys("{emails}")
+    assert await cluster.cluster_keyslot(keys.wait) == key_slot(keys.wait.encode())
+
+
+# -- the API on a cluster --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("prefix", "make_name"), LAYOUTS)
+async def test_add_and_read_on_a_cluster(
+    cluster: RedisCluster, prefix: str, make_name: Any
+) -> None:
+    name = make_name()
+    keys = queue_keys(name, prefix)
+    job = await echomq.add(name, "one", {"n": 1}, connection=cluster, prefix=prefix)  # type: ignore[arg-type]
+    assert job.id == "1"
+    assert await cluster.lrange(keys.wait, 0, -1) == ["1"]
+    read = await echomq.get_job(name, "1", connection=cluster, prefix=prefix)  # type: ignore[arg-type]
+    assert read is not None
+    assert read.data == {"n": 1}
+
+
+@pytest.mark.parametrize(("prefix", "make_name"), LAYOUTS)
+async def test_add_bulk_on_a_cluster(cluster: RedisCluster, prefix: str, make_name: Any) -> None:
+    # add_bulk sends its script calls in one MULTI/EXEC. redis-py's cluster pipeline refuses
+    # EVALSHA ("Calling pipelined function evalsha is blocked when running redis in cluster
+    # mode"), so this needs echomq to send the transaction some other way on a cluster.
+    name = make_name()
+    keys = queue_keys(name, prefix)
+    jobs = await echomq.add_bulk(
+        name,
+        [("a", {}), ("b", {}, {"delay": 60}), ("c", {}, {"priority": 2})],
+        connection=cluster,  # type: ignore[arg-type]
+        prefix=prefix,
+    )
+    assert [j.id for j in jobs] == ["1", "2", "3"]
+    assert await cluster.lrange(keys.wait, 0, -1) == ["1"]
+    assert await cluster.zrange(keys.delayed, 0, -1) == ["2"]
+    assert await cluster.zrange(keys.prioritized, 0, -1) == ["3"]
+
+
+@pytest.mark.parametrize(("prefix", "make_name"), LAYOUTS)
+async def test_queue_getters_pause_resume_and_worker_on_a_cluster(
+    cluster: RedisCluster, prefix: str, make_name: Any
+) -> None:
+    name = make_name()
+    async with Queue(name, connection=cluster, prefix=prefix) as q:  # type: ignore[arg-type]
+        first = await q.add("a", {"n": 1})
+        await q.add("b", {"n": 2}, priority=1)
+        assert await q.get_job_counts("waiting", "prioritized") == {
+            "waiting": 1,
+            "prioritized": 1,
+        }
+        assert await q.get_state(first.id) is JobState.WAITING
+        assert [j.id for j in await q.get_waiting()] == [first.id]
+        await q.pause()
+        assert await q.is_paused()
+        await q.resume()
+        assert not await q.is_paused()
+
+        done: list[Any] = []
+
+        async def process(job: echomq.Job) -> int:
+            done.append(job.data["n"])
+            return int(job.data["n"]) * 10
+
+        worker = Worker(name, process, connection=cluster, prefix=prefix, drain_delay=0.1)  # type: ignore[arg-type]
+        task = asyncio.create_task(worker.run())
+        try:
+            await wait_for(lambda: len(done) == 2, timeout=10)
+            counts = await wait_for(
+                lambda: _completed(q), timeout=10, message="both jobs completed"
+            )
+            assert counts == 2
+        finally:
+            await worker.close()
+            await task
+        assert sorted(done) == [1, 2]
+
+
+async def _completed(q: Queue) -> int:
+    counts = await q.get_job_counts("completed")
+    return counts["completed"] if counts["completed"] == 2 else 0
+
+
+async def test_unbraced_queue_on_a_cluster_is_refused_clearly(cluster: RedisCluster) -> None:
+    # Without a hash tag the queue's keys live in several slots. The server answers with
+    # "Script attempted to access a non local key" (or CROSSSLOT) after a script may already
+    # have written some keys; echomq should refuse the queue with its own error, naming the fix.
+    name = f"plain-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(echomq.EchoMQError) as info:
+        await echomq.add(name, "a", {}, connection=cluster)  # type: ignore[arg-type]
+    assert "{" in str(info.value)  # tells the user to use a hash tag
+    assert "connection must be" not in str(info.value)
+    keys = queue_keys(name)
+    for key in all_keys(keys):
+        assert not await cluster.exists(key)
+
+
+def test_sync_cluster_client_connects_and_closes(redis_cluster: list[str]) -> None:
+    # The sync cluster client used by tooling around echomq; close_sync_cluster leaks nothing.
+    client = SyncRedisCluster.from_url(redis_cluster[0], decode_responses=True)
+    try:
+        keys = queue_keys("{sync-check}")
+        client.hset(keys.meta, "probe", "1")
+        assert client.hget(keys.meta, "probe") == "1"
+        client.delete(keys.meta)
+    finally:
+        close_sync_cluster(client)
