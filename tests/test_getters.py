@@ -144,9 +144,7 @@ async def test_get_jobs_sorted_sets_and_type_order(redis: Redis, q: Queue, keys:
     assert [j.id for j in got] == [failed.id, by_score[-1]]
 
 
-async def test_get_jobs_defaults_to_every_v6_state(
-    redis: Redis, q: Queue, keys: QueueKeys
-) -> None:
+async def test_get_jobs_defaults_to_every_v6_state(redis: Redis, q: Queue, keys: QueueKeys) -> None:
     made = {
         (await q.add("w")).id,
         (await q.add("d", delay=30)).id,

@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 import pytest
-from helpers import wait_for
 from redis.asyncio import Redis
 
 import echomq
 from echomq import Backoff, Job, KeepJobs, Limiter, Worker
+from helpers import wait_for
 
 FAST = {"drain_delay": 0.2, "stalled_interval": 5.0}
 
@@ -32,7 +32,9 @@ async def _zcard_at_least(r: Redis, key: str, n: int) -> bool:
 
 
 async def test_processes_jobs_and_records_return_values(redis: Redis, queue_name: str) -> None:
-    jobs = await echomq.add_bulk(queue_name, [("double", {"x": i}) for i in range(20)], connection=redis)
+    jobs = await echomq.add_bulk(
+        queue_name, [("double", {"x": i}) for i in range(20)], connection=redis
+    )
 
     async def double(job: Job) -> dict[str, Any]:
         return {"y": job.data["x"] * 2}
@@ -101,7 +103,7 @@ async def test_concurrency_without_a_connection_per_slot(redis: Redis, queue_nam
         await wait_for(lambda: peak == 10, timeout=5)
         assert await redis.llen(f"bull:{queue_name}:active") == 10
         clients = await redis.client_list()
-        named = [c for c in clients if c["name"].startswith(f"bull:") and ":w:w1" in c["name"]]
+        named = [c for c in clients if c["name"].startswith("bull:") and ":w:w1" in c["name"]]
         assert len(named) == 1
         release.set()
         await finished(redis, queue_name, 30)
@@ -169,9 +171,7 @@ async def test_retries_with_fixed_backoff_then_success(redis: Redis, queue_name:
 
 
 async def test_final_failure_and_retries_exhausted(redis: Redis, queue_name: str) -> None:
-    job = await echomq.add(
-        queue_name, "bad", {}, connection=redis, attempts=2, stacktrace_limit=1
-    )
+    job = await echomq.add(queue_name, "bad", {}, connection=redis, attempts=2, stacktrace_limit=1)
 
     async def bad(job: Job) -> None:
         raise RuntimeError("always")
@@ -191,7 +191,11 @@ async def test_final_failure_and_retries_exhausted(redis: Redis, queue_name: str
 
 async def test_exponential_and_custom_backoff(redis: Redis, queue_name: str) -> None:
     exp = await echomq.add(
-        queue_name, "exp", {}, connection=redis, attempts=3,
+        queue_name,
+        "exp",
+        {},
+        connection=redis,
+        attempts=3,
         backoff={"type": "exponential", "delay": 0.05},
     )
     custom = await echomq.add(
@@ -245,7 +249,9 @@ async def test_removal_options_and_worker_defaults(redis: Redis, queue_name: str
     async def ok(job: Job) -> int:
         return 1
 
-    async with Worker(queue_name, ok, connection=redis, remove_on_complete=KeepJobs(count=2), **FAST):
+    async with Worker(
+        queue_name, ok, connection=redis, remove_on_complete=KeepJobs(count=2), **FAST
+    ):
         await wait_for(lambda: _no_waiting(redis, queue_name), timeout=5)
         await wait_for(lambda: _active_empty(redis, queue_name), timeout=5)
     assert not await redis.exists(f"bull:{queue_name}:{own.id}")
@@ -339,7 +345,11 @@ async def test_job_stalled_too_often_fails_without_running(redis: Redis, queue_n
         ran = True
 
     async with Worker(
-        queue_name, proc, connection=redis, max_stalled_count=0, stalled_interval=0.2,
+        queue_name,
+        proc,
+        connection=redis,
+        max_stalled_count=0,
+        stalled_interval=0.2,
         drain_delay=0.2,
     ):
         await finished(redis, queue_name, 1, "failed")
@@ -377,7 +387,9 @@ async def test_manual_rate_limit_puts_job_back(redis: Redis, queue_name: str) ->
             raise echomq.RateLimitError()
         return "ok"
 
-    worker = Worker(queue_name, proc, connection=redis, limiter=Limiter(max=100, duration=1), **FAST)
+    worker = Worker(
+        queue_name, proc, connection=redis, limiter=Limiter(max=100, duration=1), **FAST
+    )
     async with worker:
         await finished(redis, queue_name, 1)
     assert tries[1] - tries[0] >= 0.25

@@ -110,37 +110,47 @@ class JobData:
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     def _fill_from_hash(self, h: dict[str, str]) -> None:
-        """Overwrite the fields with those of a job hash (HGETALL as str dict)."""
-        self.name = h.get(fields.NAME, "")
-        self.data = fields.loads_or(h.get(fields.DATA), {})
-        opts = fields.loads_or(h.get(fields.OPTS), {})
+        """Overwrite the fields with those of a job hash (HGETALL as str dict).
+
+        Decoding is lenient, as Node's: a missing or unreadable field gets its default.
+        Fields absent from the hash (most of them, for a job just taken) cost one lookup.
+        """
+        get = h.get
+        loads = fields.loads_or
+        self.name = get(fields.NAME, "")
+        self.data = loads(get(fields.DATA), {})
+        opts = loads(get(fields.OPTS), {})
         self.wire_options = opts if isinstance(opts, dict) else {}
-        self.timestamp = ms_to_datetime(_int(h.get(fields.TIMESTAMP))) or self.timestamp
-        self.delay = _int(h.get(fields.DELAY)) / 1000
-        self.priority = _int(h.get(fields.PRIORITY))
-        atm = h.get(fields.ATTEMPTS_MADE)
+        self.timestamp = ms_to_datetime(_int(get(fields.TIMESTAMP))) or self.timestamp
+        self.delay = _int(get(fields.DELAY)) / 1000
+        self.priority = _int(get(fields.PRIORITY))
+        atm = get(fields.ATTEMPTS_MADE)
         if atm is None:
-            atm = h.get(fields.LEGACY_ATTEMPTS_MADE)
+            atm = get(fields.LEGACY_ATTEMPTS_MADE)
         self.attempts_made = _int(atm)
-        self.attempts_started = _int(h.get(fields.ATTEMPTS_STARTED))
-        self.stalled_counter = _int(h.get(fields.STALLED_COUNTER))
-        self.processed_on = ms_to_datetime(_opt_int(h.get(fields.PROCESSED_ON)))
-        self.finished_on = ms_to_datetime(_opt_int(h.get(fields.FINISHED_ON)))
-        self.processed_by = h.get(fields.PROCESSED_BY)
-        rv = h.get(fields.RETURN_VALUE)
-        self.return_value = fields.loads_or(rv, None)
-        self.failed_reason = h.get(fields.FAILED_REASON)
-        st = fields.loads_or(h.get(fields.STACKTRACE), [])
-        self.stacktrace = [str(s) for s in st] if isinstance(st, list) else []
-        self.progress = fields.loads_or(h.get(fields.PROGRESS), 0)
-        parent = fields.loads_or(h.get(fields.PARENT), None)
-        if isinstance(parent, dict) and "id" in parent:
-            self.parent = ParentRef(str(parent["id"]), str(parent.get("queueKey", "")))
+        self.attempts_started = _int(get(fields.ATTEMPTS_STARTED))
+        self.stalled_counter = _int(get(fields.STALLED_COUNTER))
+        self.processed_on = ms_to_datetime(_opt_int(get(fields.PROCESSED_ON)))
+        finished = get(fields.FINISHED_ON)
+        self.finished_on = None if finished is None else ms_to_datetime(_opt_int(finished))
+        self.processed_by = get(fields.PROCESSED_BY)
+        rv = get(fields.RETURN_VALUE)
+        self.return_value = None if rv is None else loads(rv, None)
+        self.failed_reason = get(fields.FAILED_REASON)
+        st = get(fields.STACKTRACE)
+        stack = [] if st is None else loads(st, [])
+        self.stacktrace = [str(s) for s in stack] if isinstance(stack, list) else []
+        progress = get(fields.PROGRESS)
+        self.progress = 0 if progress is None else loads(progress, 0)
+        parent = get(fields.PARENT)
+        ref = None if parent is None else loads(parent, None)
+        if isinstance(ref, dict) and "id" in ref:
+            self.parent = ParentRef(str(ref["id"]), str(ref.get("queueKey", "")))
         else:
             self.parent = None
-        self.parent_key = h.get(fields.PARENT_KEY)
-        self.repeat_job_key = h.get(fields.REPEAT_JOB_KEY)
-        self.deduplication_id = h.get(fields.DEDUP_ID)
+        self.parent_key = get(fields.PARENT_KEY)
+        self.repeat_job_key = get(fields.REPEAT_JOB_KEY)
+        self.deduplication_id = get(fields.DEDUP_ID)
         self.deferred_failure = h.get(fields.DEFERRED_FAILURE)
 
 

@@ -223,10 +223,14 @@ if #items > 0 then
     end
     if redis.call("EXISTS", job_key) == 0 then
       code = -1
-    elseif kind == "C" and redis.call("SCARD", job_key .. ":dependencies") > 0 then
-      code = -4
-    elseif kind == "C" and redis.call("ZCARD", job_key .. ":unsuccessful") > 0 then
-      code = -9
+    elseif kind == "C" and redis.call("EXISTS", job_key .. ":dependencies",
+        job_key .. ":unsuccessful") > 0 then
+      -- empty sets do not exist, so one EXISTS tells whether either check can fail
+      if redis.call("SCARD", job_key .. ":dependencies") > 0 then
+        code = -4
+      else
+        code = -9
+      end
     else
       code = release_lock(job_key, job_id, token)
     end

@@ -31,6 +31,8 @@ def to_str(value: Any) -> str:
 def flat_to_dict(reply: Sequence[Any]) -> dict[str, str]:
     """A flat ``[field, value, ...]`` reply as a dict of str."""
     it = iter(reply)
+    if reply and isinstance(reply[0], bytes):  # the common case: decode_responses off
+        return {k.decode(): v.decode("utf-8", "replace") for k, v in zip(it, it)}
     return {to_str(k): to_str(v) for k, v in zip(it, it)}
 
 
