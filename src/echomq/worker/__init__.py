@@ -104,6 +104,7 @@ class Worker:
         self._next_delayed = 0
         self._wake: asyncio.Event | None = None
         self._flush: asyncio.Event | None = None
+        self._flush_lock: asyncio.Lock | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter: MarkerWaiter | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -133,6 +134,7 @@ class Worker:
         self._state = "running"
         self._wake = asyncio.Event()
         self._flush = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._stopped = asyncio.Event()
         opts = self.options
         self._executor = ThreadPoolExecutor(
@@ -302,18 +304,26 @@ class Worker:
         finally:
             self._reserved -= fetch
 
-    def _dispatch(self, reply: wops.FinishReply) -> None:
+    def _dispatch(self, reply: wops.FinishReply, *, keep_one: bool = False) -> Job | None:
+        """Start the jobs a call took, each in its own task; with ``keep_one`` the first is
+        returned instead, for the calling job task to run next (saving a task switch)."""
+        kept: Job | None = None
         for fetched in reply.jobs:
             job = Job.from_hash(fetched.id, fetched.hash, self._keys, self._conn)
             job._token = fetched.token
             self._held[fetched.token] = fetched.id
+            if keep_one and kept is None:
+                kept = job
+                self._running[fetched.token] = asyncio.current_task()  # type: ignore[assignment]
+                continue
             self._running[fetched.token] = asyncio.create_task(
-                self._execute(job, fetched.token), name=f"echomq-job-{fetched.id}"
+                self._execute(job), name=f"echomq-job-{fetched.id}"
             )
         if reply.rate_limit_ttl_ms > 0:
             delay = min(reply.rate_limit_ttl_ms / 1000, MAX_RATE_LIMIT_DELAY)
             self._rate_limit_until = time.monotonic() + delay
         self._next_delayed = reply.next_delayed_ms
+        return kept
 
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
@@ -350,48 +360,68 @@ class Worker:
                 logger.exception("fetch loop error (%s); retrying", exc)
                 await backoff.sleep()
 
-    async def _execute(self, job: Job, token: str) -> None:
-        started = time.monotonic()
-        try:
-            outcome = await self._runner.run(job, token)
-        except asyncio.CancelledError:
+    async def _execute(self, job: Job | None) -> None:
+        """Run a job; then, when it was the only one running and no finish call is in flight,
+        record its outcome and take the next job in this same task (one script call and no
+        task switch per job); otherwise the finisher records it with the next batch."""
+        assert self._flush is not None and self._flush_lock is not None
+        while job is not None:
+            token = job._token or ""
+            started = time.monotonic()
+            try:
+                outcome = await self._runner.run(job, token)
+            except asyncio.CancelledError:
+                self._running.pop(token, None)
+                raise
+            except Exception as exc:  # a bug of ours; leave the job to the stalled check
+                logger.exception("job %s: unexpected worker error: %s", job.id, exc)
+                self._running.pop(token, None)
+                return
             self._running.pop(token, None)
-            raise
-        except Exception as exc:  # a bug of ours; leave the job to the stalled check
-            logger.exception("job %s: unexpected worker error: %s", job.id, exc)
-            self._running.pop(token, None)
-            return
-        self._running.pop(token, None)
-        if outcome.item is None:
-            self._held.pop(token, None)
-            log_outcome(self.name, job, outcome, started)
-            self._wake_fetcher()
-            return
-        assert self._flush is not None
-        self._pending.append(_Finished(job, token, outcome, started))
-        self._flush.set()
+            if outcome.item is None:
+                self._held.pop(token, None)
+                log_outcome(self.name, job, outcome, started)
+                self._wake_fetcher()
+                return
+            self._pending.append(_Finished(job, token, outcome, started))
+            if self._running or self._flush_lock.locked() or self._state != "running":
+                # other jobs are running (their outcomes will share the next call), or a call
+                # is in flight: the finisher records the batch
+                self._flush.set()
+                return
+            async with self._flush_lock:
+                job = await self._flush_pending(keep_one=True)
+
+    async def _flush_pending(self, *, keep_one: bool = False) -> Job | None:
+        """Record every pending outcome (the lock is held); returns a job kept for the caller."""
+        kept: Job | None = None
+        while self._pending:
+            try:
+                job = await self._flush_once(keep_one=keep_one and kept is None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never die silently
+                logger.exception("finish loop error (%s)", exc)
+                await asyncio.sleep(0.1)
+                continue
+            kept = kept or job
+        return kept
 
     def _wake_fetcher(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
     async def _finish_loop(self) -> None:
-        assert self._flush is not None
+        assert self._flush is not None and self._flush_lock is not None
         while True:
             await self._flush.wait()
             self._flush.clear()
-            while self._pending:
-                try:
-                    await self._flush_once()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # never die silently
-                    logger.exception("finish loop error (%s)", exc)
-                    await asyncio.sleep(0.1)
+            async with self._flush_lock:
+                await self._flush_pending()
             if self._state != "running" and not self._running:
                 return
 
-    async def _flush_once(self) -> None:
+    async def _flush_once(self, *, keep_one: bool = False) -> Job | None:
         batch, self._pending = self._pending, []
         if not self.options.batch_finish and len(batch) > 1:
             batch, self._pending = batch[:1], batch[1:] + self._pending
@@ -402,16 +432,17 @@ class Worker:
         except ResponseError as exc:
             await self._record_one_by_one(batch, exc)
             self._wake_fetcher()
-            return
+            return None
         if reply is None:  # stopping while Redis is unreachable: the stalled check recovers
-            return
+            return None
         for finished, code in zip(batch, reply.codes):
             self._record(finished, code)
-        self._dispatch(reply)
+        kept = self._dispatch(reply, keep_one=keep_one)
         if len(reply.jobs) < fetch or any(code < 0 for code in reply.codes):
             # the queue ran dry (or a slot was not refilled): the fetch loop takes over
             self._empty_hint = reply.rate_limit_ttl_ms == 0
             self._wake_fetcher()
+        return kept
 
     def _record(self, finished: _Finished, code: int, *, after_error: bool = False) -> None:
         self._held.pop(finished.token, None)
