@@ -76,11 +76,12 @@ class Script:
     ) -> Any:
         """EVALSHA on an async client, loading the script on NOSCRIPT."""
         self.check(keys, client)
+        command = ("EVALSHA", self.sha, self.numkeys, *keys, *args)
         try:
-            return await client.evalsha(self.sha, self.numkeys, *keys, *args)
+            return await _execute(client, command)
         except NoScriptError:
             await client.script_load(self.text)
-            return await client.evalsha(self.sha, self.numkeys, *keys, *args)
+            return await _execute(client, command)
 
     def run_sync(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA on a sync client, loading the script on NOSCRIPT."""
