@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 import echomq
-from echomq import Backoff, JobOptions, KeepJobs, Queue
+from echomq import Backoff, JobOptions, KeepJobs, Queue, ops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import snapshot
 
@@ -513,6 +513,23 @@ async def test_add_bulk_is_one_multi_exec(q: Queue, redis_url: str, keys: QueueK
 
     commands = [c[0].upper() for c in await monitored(redis_url, action, from_lua=False)]
     assert [j.id for j in jobs] == ["1", "2", "3"]
+    start, end = commands.index("MULTI"), commands.index("EXEC")
+    # a few jobs per script call (ops.add.BULK_CHUNK), all calls inside one MULTI/EXEC
+    assert commands[start + 1 : end] == ["EVALSHA"]
+    assert commands.count("MULTI") == 1
+
+
+async def test_large_add_bulk_is_still_one_multi_exec(
+    q: Queue, redis_url: str, keys: QueueKeys
+) -> None:
+    n = ops.add.BULK_CHUNK * 2 + 5
+    jobs: list[echomq.Job] = []
+
+    async def action() -> None:
+        jobs.extend(await q.add_bulk([("j", {"i": i}) for i in range(n)]))
+
+    commands = [c[0].upper() for c in await monitored(redis_url, action, from_lua=False)]
+    assert [j.id for j in jobs] == [str(i) for i in range(1, n + 1)]
     start, end = commands.index("MULTI"), commands.index("EXEC")
     assert commands[start + 1 : end] == ["EVALSHA"] * 3
     assert commands.count("MULTI") == 1

@@ -12,6 +12,7 @@ bind its methods to these builders.
 
 from ._base import (
     CommandOp,
+    MappedOp,
     Op,
     Plan,
     ScriptOp,
@@ -76,6 +77,7 @@ __all__ = [
     "BulkItem",
     "CleanBatch",
     "CommandOp",
+    "MappedOp",
     "DEFAULT_COUNT_TYPES",
     "JOB_TYPES",
     "Op",

@@ -19,6 +19,7 @@ from .. import scripts
 from ..errors import error_for_code
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def to_str(value: Any) -> str:
@@ -127,6 +128,20 @@ class TransactionOp(Op[list[T]]):
                 call.script.queue(pipe, call.keys, call.args)
             replies = pipe.execute()
         return [call.parse(reply) for call, reply in zip(self.calls, replies)]
+
+
+@dataclass(slots=True)
+class MappedOp(Op[U], Generic[T, U]):
+    """Another op whose result goes through ``fn``."""
+
+    op: Op[T]
+    fn: Callable[[T], U]
+
+    async def run(self, client: redis.asyncio.Redis) -> U:
+        return self.fn(await self.op.run(client))
+
+    def run_sync(self, client: redis.Redis) -> U:
+        return self.fn(self.op.run_sync(client))
 
 
 def check_code(reply: Any, *, job_id: str | None, command: str, state: str = "") -> Any:

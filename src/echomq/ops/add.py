@@ -13,6 +13,7 @@ from ..protocol import fields
 from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys
 from ._base import (
     CommandOp,
+    MappedOp,
     ScriptOp,
     TransactionOp,
     check_code,
@@ -111,31 +112,34 @@ def add_job(
         parent: ``(parent queue, parent id)`` for a child of a flow: the parent must exist;
             the child is stored with ``parentKey``/``parent`` and joins its dependencies.
     """
+    custom = job.options.job_id if job.options.job_id is not UNSET else ""
+    return ScriptOp(
+        scripts.get("addJob"),
+        [keys.base],
+        _job_args(job, parent),
+        lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
+    )
+
+
+def _job_args(job: PreparedJob, parent: tuple[QueueKeys, str] | None = None) -> list[scripts.Arg]:
+    """The 10 ARGV values of one job for the addJob script."""
     parent_key = parent_json = ""
     if parent is not None:
         parent_keys, parent_id = parent
         parent_key = parent_keys.job(parent_id)
         parent_json = fields.dumps({"id": parent_id, "queueKey": parent_keys.qualified})
-    script = scripts.get("addJob")
-    custom = job.options.job_id if job.options.job_id is not UNSET else ""
-    lifo = "1" if job.options.lifo is True else "0"
-    return ScriptOp(
-        script,
-        [keys.base],
-        [
-            custom,
-            job.name,
-            job.timestamp_ms,
-            job.data_json,
-            job.opts_json,
-            job.delay_ms,
-            job.priority,
-            lifo,
-            parent_key,
-            parent_json,
-        ],
-        lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
-    )
+    return [
+        job.options.job_id if job.options.job_id is not UNSET else "",
+        job.name,
+        job.timestamp_ms,
+        job.data_json,
+        job.opts_json,
+        job.delay_ms,
+        job.priority,
+        "1" if job.options.lifo is True else "0",
+        parent_key,
+        parent_json,
+    ]
 
 
 def prepare_bulk(
@@ -154,9 +158,24 @@ def prepare_bulk(
     return prepared
 
 
-def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> TransactionOp[str]:
-    """The add script calls of prepared jobs in one MULTI/EXEC; replies parse to their ids."""
-    return TransactionOp([add_job(keys, job) for job in jobs])
+#: Jobs per addJob call in a bulk add: the calls share one MULTI/EXEC, and each one's
+#: reply and argument list stay small.
+BULK_CHUNK = 100
+
+
+def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> MappedOp[list[list[str]], list[str]]:
+    """Prepared jobs added in one MULTI/EXEC (a few jobs per script call); parses to their ids."""
+    calls = []
+    for start in range(0, len(jobs), BULK_CHUNK):
+        chunk = jobs[start : start + BULK_CHUNK]
+        args = [arg for job in chunk for arg in _job_args(job)]
+        calls.append(ScriptOp(scripts.get("addJob"), [keys.base], args, _parse_ids))
+    return MappedOp(TransactionOp(calls), lambda replies: [i for ids in replies for i in ids])
+
+
+def _parse_ids(reply: Any) -> list[str]:
+    replies = reply if isinstance(reply, list) else [reply]
+    return [to_str(check_code(r, job_id=None, command="add_bulk")) for r in replies]
 
 
 def get_job_hash(keys: QueueKeys, job_id: str) -> CommandOp[dict[str, str] | None]:
