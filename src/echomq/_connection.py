@@ -139,8 +139,8 @@ class SyncConn:
             self.owned = False
         else:
             raise ValidationError(
-                "connection must be a redis.Redis or a redis:// / rediss:// / unix:// URL,"
-                f" got {type(connection).__name__}"
+                "connection must be a redis.Redis, a redis.cluster.RedisCluster or a redis:// /"
+                f" rediss:// / unix:// URL, got {type(connection).__name__}"
             )
 
     @property

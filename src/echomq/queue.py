@@ -17,7 +17,7 @@ import redis.asyncio
 from typing_extensions import Unpack
 
 from . import ops
-from ._connection import AsyncConn, AsyncConnection
+from ._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from .job import Job, JobData, JobState, ms_to_datetime
 from .ops import BulkItem as BulkItem
 from .ops import prepare_bulk as prepare_bulk
@@ -71,7 +71,7 @@ async def add(
     name: str,
     data: Any = UNSET,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
     **options: Unpack[JobOptionsDict],
 ) -> Job:
@@ -101,7 +101,7 @@ async def add_bulk(
     queue: str,
     jobs: Iterable[BulkItem],
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Add many jobs in one MULTI/EXEC: all of them land, or none.
@@ -128,7 +128,7 @@ async def get_job(
     queue: str,
     job_id: str,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> Job | None:
     """Read one job, or None when it does not exist.
@@ -186,7 +186,7 @@ async def get_state(
     queue: str,
     job_id: str,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> JobState:
     """The state a job is in (``JobState.UNKNOWN`` when no state holds it).
@@ -208,7 +208,7 @@ async def get_jobs(
     end: int = -1,
     asc: bool = False,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Read the jobs in some states, newest first unless ``asc``.
@@ -239,7 +239,7 @@ async def get_jobs(
 async def get_job_counts(
     queue: str,
     *states: str,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, int]:
     """How many jobs each state holds.
@@ -259,9 +259,7 @@ async def get_job_counts(
     return await _run(connection, ops.get_counts(queue_keys(queue, prefix), types))
 
 
-async def count(
-    queue: str, *, connection: redis.asyncio.Redis | str, prefix: str = DEFAULT_PREFIX
-) -> int:
+async def count(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> int:
     """How many jobs have not started yet: waiting, delayed, prioritized and waiting-children."""
     counts = await _run(connection, ops.get_counts(queue_keys(queue, prefix), ops.PENDING_TYPES))
     return sum(counts.values())
@@ -274,7 +272,7 @@ async def get_job_logs(
     end: int = -1,
     asc: bool = True,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> tuple[list[str], int]:
     """A slice of a job's log lines and the total number of lines.
@@ -293,15 +291,13 @@ async def get_job_logs(
 
 
 async def is_paused(
-    queue: str, *, connection: redis.asyncio.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Whether the queue is globally paused."""
     return await _run(connection, ops.is_paused(queue_keys(queue, prefix)))
 
 
-async def pause(
-    queue: str, *, connection: redis.asyncio.Redis | str, prefix: str = DEFAULT_PREFIX
-) -> None:
+async def pause(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
     """Pause the queue: workers stop taking jobs; jobs stay where they are.
 
     Emits a ``paused`` event. Jobs added meanwhile wait for :func:`resume`.
@@ -309,9 +305,7 @@ async def pause(
     await _run(connection, ops.pause_queue(queue_keys(queue, prefix), True))
 
 
-async def resume(
-    queue: str, *, connection: redis.asyncio.Redis | str, prefix: str = DEFAULT_PREFIX
-) -> None:
+async def resume(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
     """Resume a paused queue and wake its workers; emits a ``resumed`` event.
 
     Jobs a BullMQ v5 producer left in the legacy ``paused`` list are moved to ``wait``.
@@ -322,7 +316,7 @@ async def resume(
 
 
 async def get_workers(
-    queue: str, *, connection: redis.asyncio.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> list[dict[str, str]]:
     """The connections of this queue's workers (echomq or BullMQ), from ``CLIENT LIST``.
 
@@ -337,7 +331,7 @@ async def trim_events(
     queue: str,
     max_len: int,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Trim the events stream to about ``max_len`` entries; returns how many were deleted."""
@@ -368,6 +362,7 @@ class Queue:
         self._keys = queue_keys(name, prefix)
         self._defaults = coerce_options(default_job_options)
         self._conn = AsyncConn(connection)
+        check_cluster_keys(connection, self._keys)
 
     @property
     def name(self) -> str:
@@ -535,7 +530,7 @@ async def remove(
     job_id: str,
     *,
     remove_children: bool = True,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Delete one job from whatever state holds it, with its logs and dependency keys.
@@ -569,7 +564,7 @@ async def drain(
     queue: str,
     *,
     delayed: bool = False,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete every job waiting to run: ``wait`` and ``prioritized`` (and ``delayed`` if asked).
@@ -596,7 +591,7 @@ async def clean(
     limit: int = 0,
     state: str = "completed",
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[str]:
     """Delete the jobs of one state that are older than ``grace``.
@@ -631,7 +626,7 @@ async def obliterate(
     queue: str,
     *,
     force: bool = False,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete a whole queue: its jobs, schedulers, events, counters and metadata.
@@ -661,7 +656,7 @@ async def retry_jobs(
     count: int = ops.admin.BATCH,
     timestamp: datetime | float | None = None,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move failed (or completed) jobs that finished at or before ``timestamp`` back to ``wait``.
@@ -689,7 +684,7 @@ async def promote_jobs(
     queue: str,
     count: int = ops.admin.BATCH,
     *,
-    connection: redis.asyncio.Redis | str,
+    connection: AsyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move every delayed job to ``wait`` now (priority ignored), ``count`` per script call.

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-import redis
 from typing_extensions import Unpack
 
 from .. import ops
+from .._connection import SyncConnection
 from ..job import JobState
 from ..ops import BulkItem
 from ..options import UNSET, Duration, JobOptionsDict
@@ -68,7 +68,7 @@ def add(
     name: str,
     data: Any = UNSET,
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
     **options: Unpack[JobOptionsDict],
 ) -> Job:
@@ -85,7 +85,7 @@ def add_bulk(
     queue: str,
     jobs: Iterable[BulkItem],
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Sync twin of :func:`echomq.add_bulk`: one MULTI/EXEC, all jobs or none."""
@@ -94,7 +94,7 @@ def add_bulk(
 
 
 def get_job(
-    queue: str, job_id: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, job_id: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> Job | None:
     """Sync twin of :func:`echomq.get_job` (with a URL the job's client is closed on return)."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
@@ -102,7 +102,7 @@ def get_job(
 
 
 def get_state(
-    queue: str, job_id: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, job_id: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> JobState:
     """Sync twin of :func:`echomq.get_state`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
@@ -116,7 +116,7 @@ def get_jobs(
     end: int = -1,
     asc: bool = False,
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Sync twin of :func:`echomq.get_jobs`."""
@@ -125,14 +125,14 @@ def get_jobs(
 
 
 def get_job_counts(
-    queue: str, *states: str, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, *states: str, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> dict[str, int]:
     """Sync twin of :func:`echomq.get_job_counts`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.get_job_counts(*states)
 
 
-def count(queue: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX) -> int:
+def count(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> int:
     """Sync twin of :func:`echomq.count`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.count()
@@ -145,7 +145,7 @@ def get_job_logs(
     end: int = -1,
     asc: bool = True,
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> tuple[list[str], int]:
     """Sync twin of :func:`echomq.get_job_logs`."""
@@ -153,26 +153,26 @@ def get_job_logs(
         return q.get_job_logs(job_id, start, end, asc)
 
 
-def is_paused(queue: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX) -> bool:
+def is_paused(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> bool:
     """Sync twin of :func:`echomq.is_paused`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.is_paused()
 
 
-def pause(queue: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX) -> None:
+def pause(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
     """Sync twin of :func:`echomq.pause`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         q.pause()
 
 
-def resume(queue: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX) -> None:
+def resume(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
     """Sync twin of :func:`echomq.resume`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         q.resume()
 
 
 def get_workers(
-    queue: str, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> list[dict[str, str]]:
     """Sync twin of :func:`echomq.get_workers`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
@@ -180,7 +180,7 @@ def get_workers(
 
 
 def trim_events(
-    queue: str, max_len: int, *, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, max_len: int, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> int:
     """Sync twin of :func:`echomq.trim_events`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
@@ -192,7 +192,7 @@ def remove(
     job_id: str,
     *,
     remove_children: bool = True,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Sync twin of :func:`echomq.remove`."""
@@ -204,7 +204,7 @@ def drain(
     queue: str,
     *,
     delayed: bool = False,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Sync twin of :func:`echomq.drain`."""
@@ -218,7 +218,7 @@ def clean(
     limit: int = 0,
     state: str = "completed",
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[str]:
     """Sync twin of :func:`echomq.clean`."""
@@ -227,7 +227,7 @@ def clean(
 
 
 def obliterate(
-    queue: str, *, force: bool = False, connection: redis.Redis | str, prefix: str = DEFAULT_PREFIX
+    queue: str, *, force: bool = False, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> None:
     """Sync twin of :func:`echomq.obliterate`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
@@ -240,7 +240,7 @@ def retry_jobs(
     count: int = ops.admin.BATCH,
     timestamp: datetime | float | None = None,
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Sync twin of :func:`echomq.retry_jobs`."""
@@ -252,7 +252,7 @@ def promote_jobs(
     queue: str,
     count: int = ops.admin.BATCH,
     *,
-    connection: redis.Redis | str,
+    connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Sync twin of :func:`echomq.promote_jobs`."""

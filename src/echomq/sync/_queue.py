@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from typing_extensions import Unpack
 
 from .. import ops
-from .._connection import SyncConn, SyncConnection
+from .._connection import SyncConn, SyncConnection, check_cluster_keys
 from ..job import JobState
 from ..ops import BulkItem
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
@@ -49,6 +49,7 @@ class Queue:
         self._keys = queue_keys(name, prefix)
         self._defaults = coerce_options(default_job_options)
         self._conn = SyncConn(connection)
+        check_cluster_keys(connection, self._keys)
 
     @property
     def name(self) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
-from .._connection import AsyncConn, AsyncConnection
+from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from ..errors import ScriptError, error_for_code
 from ..job import Job
 from ..ops import now_ms
@@ -91,6 +91,7 @@ class Worker:
         self._processor = processor
         self._backoff_strategy = backoff_strategy
         self._conn = AsyncConn(connection)
+        check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
         self._token_counter = 0
         self._running: dict[str, asyncio.Task[None]] = {}  # token -> processor task
@@ -232,10 +233,13 @@ class Worker:
             self._wake.set()
 
     async def rate_limit(self, duration: float) -> None:
-        """Stop every worker of this queue that has a limiter from taking jobs for ``duration``.
+        """Stop this queue's workers from taking jobs for ``duration`` seconds.
 
-        Raise :class:`~echomq.RateLimitError` from the processor afterwards to put the current
-        job back without counting an attempt.
+        It sets the queue's rate-limit key, which every worker (Python or Node) that has a
+        rate limit honours: one with its own ``limiter``, or any worker when a global rate
+        limit (``max`` in the queue's meta, set from Node) exists. Raise
+        :class:`~echomq.RateLimitError` from the processor afterwards to put the current job
+        back without counting an attempt.
         """
         ms = to_ms(duration, "duration")
         await self._conn.client.set(self._keys.limiter, codes.MANUAL_RATE_LIMIT, px=max(ms, 1))
