@@ -109,6 +109,20 @@ class JobData:
         value = self.wire_options.get("attempts", 0)
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
+    def _keep_logs(self) -> int | None:
+        """How many log lines the job keeps (its ``kl`` option; 0 or unset keeps all)."""
+        kl = self.wire_options.get("kl")
+        return kl if isinstance(kl, int) and not isinstance(kl, bool) and kl > 0 else None
+
+    def _reset_for_retry(self, attempts_made: bool, attempts_started: bool) -> None:
+        """The local fields after a retry (Redis was updated the same way)."""
+        self.finished_on = self.processed_on = None
+        self.failed_reason = self.return_value = None
+        if attempts_made:
+            self.attempts_made = 0
+        if attempts_started:
+            self.attempts_started = 0
+
     def _fill_from_hash(self, h: dict[str, str]) -> None:
         """Overwrite the fields with those of a job hash (HGETALL as str dict).
 
@@ -267,9 +281,7 @@ class Job(JobData):
             JobNotFoundError: the job no longer exists.
         """
         keys, client = self._bound()
-        kl = self.wire_options.get("kl")
-        keep = kl if isinstance(kl, int) and not isinstance(kl, bool) and kl > 0 else None
-        return await ops.add_log(keys, self.id, line, keep).run(client)
+        return await ops.add_log(keys, self.id, line, self._keep_logs()).run(client)
 
     async def update_data(self, data: Any) -> None:
         """Replace the job's payload (no event is emitted).
@@ -325,12 +337,7 @@ class Job(JobData):
             reset_attempts_started=reset_attempts_started,
         )
         await op.run(client)
-        self.finished_on = self.processed_on = None
-        self.failed_reason = self.return_value = None
-        if reset_attempts_made:
-            self.attempts_made = 0
-        if reset_attempts_started:
-            self.attempts_started = 0
+        self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     async def promote(self) -> None:
         """Run a delayed job now: it moves to ``wait`` (or ``prioritized``).

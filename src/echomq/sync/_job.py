@@ -77,9 +77,7 @@ class Job(JobData):
     def log(self, line: str) -> int:
         """Sync twin of :meth:`echomq.Job.log`; returns how many lines the log holds now."""
         keys, client = self._bound()
-        kl = self.wire_options.get("kl")
-        keep = kl if isinstance(kl, int) and not isinstance(kl, bool) and kl > 0 else None
-        return ops.add_log(keys, self.id, line, keep).run_sync(client)
+        return ops.add_log(keys, self.id, line, self._keep_logs()).run_sync(client)
 
     def update_data(self, data: Any) -> None:
         """Sync twin of :meth:`echomq.Job.update_data`."""
@@ -111,12 +109,7 @@ class Job(JobData):
             reset_attempts_started=reset_attempts_started,
         )
         op.run_sync(client)
-        self.finished_on = self.processed_on = None
-        self.failed_reason = self.return_value = None
-        if reset_attempts_made:
-            self.attempts_made = 0
-        if reset_attempts_started:
-            self.attempts_started = 0
+        self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     def promote(self) -> None:
         """Sync twin of :meth:`echomq.Job.promote`."""
