@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
@@ -23,6 +24,37 @@ AsyncConnection = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | str
 SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
 
 _SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _pack
+except ImportError:  # pragma: no cover - hiredis is a dependency, but stay usable without it
+    _pack = None
+
+
+async def execute(client: redis.asyncio.Redis, command: tuple[Any, ...]) -> Any:
+    """Send one command and read its raw reply (no redis-py reply callback is applied).
+
+    On a plain pooled client this takes a connection from the client's own pool and packs the
+    command with hiredis: redis-py's generic path (pure-Python packing, retry wrapper, reply
+    callbacks) costs more than the round trip itself for the worker's hot calls. The
+    connection's own settings (auth, TLS, database, decoding) apply unchanged; any error or
+    cancellation mid-call drops the connection, as redis-py does. Other clients (Cluster,
+    single-connection clients) take the generic path.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if _pack is None or pool is None or getattr(client, "connection", None) is not None:
+        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    conn = await pool.get_connection()
+    try:
+        await conn.send_packed_command(_pack(command), check_health=False)
+        return await conn.read_response()
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
 
 
 def has_hash_tag(key: str) -> bool:

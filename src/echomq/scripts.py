@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -27,14 +27,8 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import NoScriptError
 
-from ._connection import has_hash_tag
+from ._connection import execute, has_hash_tag
 from .errors import ValidationError
-
-_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _pack
-except ImportError:  # pragma: no cover - hiredis is a dependency, but stay usable without it
-    _pack = None
 
 Arg = str | bytes | int | float
 
@@ -78,10 +72,10 @@ class Script:
         self.check(keys, client)
         command = ("EVALSHA", self.sha, self.numkeys, *keys, *args)
         try:
-            return await _execute(client, command)
+            return await execute(client, command)
         except NoScriptError:
             await client.script_load(self.text)
-            return await _execute(client, command)
+            return await execute(client, command)
 
     def run_sync(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA on a sync client, loading the script on NOSCRIPT."""
@@ -97,30 +91,6 @@ class Script:
         self.check(keys, pipe)
         # execute_command, not pipe.evalsha: redis-py's cluster pipeline blocks the method name
         pipe.execute_command("EVALSHA", self.sha, self.numkeys, *keys, *args)
-
-
-async def _execute(client: redis.asyncio.Redis, command: tuple[Arg, ...]) -> Any:
-    """Send one command and read its reply.
-
-    On a plain pooled client this takes a connection from the client's own pool and packs the
-    command with hiredis: redis-py's generic path (pure-Python packing, retry wrapper, reply
-    callbacks) costs more than the round trip itself for the worker's hot script calls. The
-    connection's own settings (auth, TLS, database, decoding) apply unchanged; any error or
-    cancellation mid-call drops the connection, as redis-py does. Other clients (Cluster,
-    single-connection clients) take the generic path.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if _pack is None or pool is None or getattr(client, "connection", None) is not None:
-        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-    conn = await pool.get_connection()
-    try:
-        await conn.send_packed_command(_pack(command), check_health=False)
-        return await conn.read_response()
-    except BaseException:
-        await conn.disconnect()
-        raise
-    finally:
-        await pool.release(conn)
 
 
 def _read(name: str) -> str:

@@ -11,6 +11,7 @@ import time
 
 import redis.asyncio
 
+from .._connection import execute
 from ..ops import to_str
 from ..protocol.keys import QueueKeys
 
@@ -35,8 +36,8 @@ class MarkerWaiter:
             deadline = min(deadline, next_delayed_ms / 1000)
         while True:
             timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
-            popped = await self._client.bzpopmin(self._keys.marker, timeout)
-            if popped is None:
+            popped = await execute(self._client, ("BZPOPMIN", self._keys.marker, timeout))
+            if not popped:
                 if time.time() >= deadline - 0.001:
                     return
                 continue
