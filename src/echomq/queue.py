@@ -338,7 +338,40 @@ async def trim_events(
     return await _run(connection, ops.trim_events(queue_keys(queue, prefix), max_len))
 
 
-class Queue:
+class QueueBase:
+    """What the async and sync ``Queue`` share: a queue's keys and default job options.
+
+    Everything is validated here, before a connection is opened.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        prefix: str,
+        default_job_options: JobOptions | Mapping[str, Any] | None,
+        connection: object,
+    ) -> None:
+        self._keys = queue_keys(name, prefix)
+        self._defaults = coerce_options(default_job_options)
+        check_cluster_keys(connection, self._keys)
+
+    @property
+    def name(self) -> str:
+        """The queue name."""
+        return self._keys.name
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix."""
+        return self._keys.prefix
+
+    @property
+    def default_job_options(self) -> JobOptions:
+        """Options applied to every job added through this queue."""
+        return self._defaults
+
+
+class Queue(QueueBase):
     """A convenience that remembers a queue's name, prefix, connection and default options.
 
     It holds no job. ``async with Queue(...)`` or ``await queue.aclose()`` closes the
@@ -359,25 +392,8 @@ class Queue:
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
     ) -> None:
-        self._keys = queue_keys(name, prefix)
-        self._defaults = coerce_options(default_job_options)
+        super().__init__(name, prefix, default_job_options, connection)
         self._conn = AsyncConn(connection)
-        check_cluster_keys(connection, self._keys)
-
-    @property
-    def name(self) -> str:
-        """The queue name."""
-        return self._keys.name
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix."""
-        return self._keys.prefix
-
-    @property
-    def default_job_options(self) -> JobOptions:
-        """Options applied to every job added through this queue."""
-        return self._defaults
 
     async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""

@@ -14,18 +14,18 @@ from typing import Any, TypeVar
 from typing_extensions import Unpack
 
 from .. import ops
-from .._connection import SyncConn, SyncConnection, check_cluster_keys
+from .._connection import SyncConn, SyncConnection
 from ..job import JobState
 from ..ops import BulkItem
-from ..options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
-from ..protocol.keys import DEFAULT_PREFIX, queue_keys
-from ..queue import job_from_prepared
+from ..options import UNSET, Duration, JobOptions, JobOptionsDict
+from ..protocol.keys import DEFAULT_PREFIX
+from ..queue import QueueBase, job_from_prepared
 from ._job import Job
 
 T = TypeVar("T")
 
 
-class Queue:
+class Queue(QueueBase):
     """Sync twin of :class:`echomq.Queue`: remembers a name, prefix, connection and defaults.
 
     ``with Queue(...)`` or :meth:`close` closes the client if the queue opened it from a URL; a
@@ -46,25 +46,8 @@ class Queue:
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
     ) -> None:
-        self._keys = queue_keys(name, prefix)
-        self._defaults = coerce_options(default_job_options)
+        super().__init__(name, prefix, default_job_options, connection)
         self._conn = SyncConn(connection)
-        check_cluster_keys(connection, self._keys)
-
-    @property
-    def name(self) -> str:
-        """The queue name."""
-        return self._keys.name
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix."""
-        return self._keys.prefix
-
-    @property
-    def default_job_options(self) -> JobOptions:
-        """Options applied to every job added through this queue."""
-        return self._defaults
 
     def _run(self, op: ops.Op[T]) -> T:
         return op.run_sync(self._conn.client)
