@@ -12,6 +12,8 @@ import enum
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import Self
+
 from . import ops
 from .errors import error_for_code
 from .options import Duration, JobOptions, to_seconds
@@ -123,6 +125,13 @@ class JobData:
         if attempts_started:
             self.attempts_started = 0
 
+    @classmethod
+    def _decoded(cls, job_id: str, h: dict[str, str], queue_name: str) -> Self:
+        """A job of this class with the fields of hash ``h`` (not bound to a connection)."""
+        job = cls(id=job_id, name="", data=None, queue_name=queue_name, timestamp=_EPOCH)
+        job._fill_from_hash(h)
+        return job
+
     def _fill_from_hash(self, h: dict[str, str]) -> None:
         """Overwrite the fields with those of a job hash (HGETALL as str dict).
 
@@ -192,8 +201,7 @@ class Job(JobData):
         conn: AsyncConn | None,
     ) -> Job:
         """Decode a job hash into a bound Job."""
-        job = cls(id=job_id, name="", data=None, queue_name=keys.name, timestamp=_EPOCH)
-        job._fill_from_hash(h)
+        job = cls._decoded(job_id, h, keys.name)
         job._keys = keys
         job._conn = conn
         return job

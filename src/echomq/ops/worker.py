@@ -7,12 +7,12 @@ moveToFinished / retryJob / moveToDelayed / moveToActive applied per job (CORE.m
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
+from ..protocol import fields
 from ..protocol.keys import QueueKeys
 from ._base import ScriptOp, flat_to_dict, to_str
 
@@ -21,8 +21,6 @@ COMPLETE = "C"
 FAIL = "F"
 RETRY = "R"
 DELAY = "D"
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +107,7 @@ def finish_and_fetch(
         [keys.base],
         [
             now,
-            _dumps(items) if items else "[]",
+            fields.dumps(items, "finish items") if items else "[]",
             fetch,
             params.token_prefix,
             token_start,

@@ -14,7 +14,7 @@ import redis
 from .. import ops
 from .._connection import SyncConn
 from ..errors import ConnectionNotOpenError, error_for_code
-from ..job import _EPOCH, JobData, JobState
+from ..job import JobData, JobState
 from ..options import Duration, to_seconds
 from ..protocol import codes
 from ..protocol.keys import QueueKeys
@@ -32,8 +32,7 @@ class Job(JobData):
 
     @classmethod
     def _from_hash(cls, job_id: str, h: dict[str, str], keys: QueueKeys, conn: SyncConn) -> Job:
-        job = cls(id=job_id, name="", data=None, queue_name=keys.name, timestamp=_EPOCH)
-        job._fill_from_hash(h)
+        job = cls._decoded(job_id, h, keys.name)
         job._keys, job._conn = keys, conn
         return job
 

@@ -156,7 +156,6 @@ class Worker:
             lambda: dict(self._held),
             opts.lock_ms,
             opts.renew_interval,
-            lambda job_id: None,
         )
         checker = StalledChecker(
             self._keys,

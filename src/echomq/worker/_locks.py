@@ -29,14 +29,12 @@ class LockRenewer:
         held: Callable[[], dict[str, str]],
         lock_ms: int,
         interval: float,
-        on_lost: Callable[[str], None],
     ) -> None:
         self._keys = keys
         self._client = client
         self._held = held
         self._lock_ms = lock_ms
         self._interval = interval
-        self._on_lost = on_lost
 
     async def renew_once(self) -> list[str]:
         """Renew every held lock now; returns the ids whose lock was lost."""
@@ -52,7 +50,6 @@ class LockRenewer:
                 self._keys.name,
                 job_id,
             )
-            self._on_lost(job_id)
         return lost
 
     async def run(self, keep_going: Callable[[], bool]) -> None:
