@@ -33,7 +33,6 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from ._connection import AsyncConn, AsyncConnection
 from ._event_types import (
@@ -58,6 +57,7 @@ from ._event_types import (
     WaitingChildren,
     parse_entry,
 )
+from ._retry import TRANSIENT, Backoff
 from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
 from .ops import to_str
 from .options import Duration, to_seconds
@@ -90,11 +90,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Errors the reader survives: the server went away, restarted or killed its connection.
-_TRANSIENT = (RedisError, OSError, asyncio.TimeoutError)
 #: Most entries one XREAD returns.
 _READ_COUNT = 500
-_BACKOFF_FIRST = 0.05
-_BACKOFF_CAP = 5.0
 
 
 def _id_key(event_id: str) -> tuple[int, int]:
@@ -310,7 +307,7 @@ class QueueEvents:
             self._ready.set()
 
     async def _read_loop(self) -> None:
-        delay = _BACKOFF_FIRST
+        backoff = Backoff()
         while not self._closed:
             try:
                 await self._resolve_start()
@@ -318,21 +315,20 @@ class QueueEvents:
                     {self._keys.events: self._last_id}, count=_READ_COUNT, block=self._block_ms
                 )
                 self._deliver(_entries(reply))
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 logger.warning(
                     "reading events of queue %s failed (%s: %s); reconnecting in %.2fs",
                     self._keys.name,
                     type(exc).__name__,
                     exc,
-                    delay,
+                    backoff.next_delay,
                 )
             except Exception:  # a bug must not end the reader silently: log, back off, go on
                 logger.exception("events reader of queue %s failed", self._keys.name)
             else:
-                delay = _BACKOFF_FIRST
+                backoff.reset()
                 continue
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF_CAP)
+            await backoff.sleep()
 
     def _deliver(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, entry in entries:
@@ -415,7 +411,7 @@ class QueueEvents:
 
     async def _check_loop(self) -> None:
         """Look at the jobs of every waiter that registered meanwhile, in one round trip."""
-        delay = _BACKOFF_FIRST
+        backoff = Backoff()
         while self._checks and not self._closed:
             batch = [(job_id, f) for job_id, f in self._checks if not f.done()]
             if not batch:
@@ -423,18 +419,17 @@ class QueueEvents:
                 break
             try:
                 replies = await self._check_jobs([job_id for job_id, _ in batch])
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 logger.warning(
                     "checking jobs of queue %s failed (%s: %s); retrying in %.2fs",
                     self._keys.name,
                     type(exc).__name__,
                     exc,
-                    delay,
+                    backoff.next_delay,
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF_CAP)
+                await backoff.sleep()
                 continue
-            delay = _BACKOFF_FIRST
+            backoff.reset()
             checked = {id(f) for _, f in batch}
             self._checks = [(j, f) for j, f in self._checks if id(f) not in checked]
             *per_job, newest = replies

@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
+from .._retry import TRANSIENT, Backoff, retrying, stop_tasks
 from ..errors import ScriptError, error_for_code
 from ..job import Job
 from ..ops import now_ms
@@ -34,7 +35,6 @@ from ._backoff import BackoffStrategy
 from ._execute import JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
 from ._locks import LockRenewer
-from ._retry import TRANSIENT, Backoff, retrying, stop_tasks
 from ._stalled import StalledChecker
 
 __all__ = ["BackoffStrategy", "Processor", "Worker"]

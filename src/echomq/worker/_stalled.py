@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import redis.asyncio
 
+from .._retry import TRANSIENT
 from ..ops import now_ms
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
-from ._retry import TRANSIENT
 
 logger = logging.getLogger("echomq.worker")
 

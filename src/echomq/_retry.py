@@ -1,4 +1,4 @@
-"""Retrying Redis calls of the worker's loops: log, back off, try again; never die silently."""
+"""Retrying Redis calls of background loops (worker, events reader): log, back off, try again."""
 
 from __future__ import annotations
 
@@ -36,6 +36,11 @@ class Backoff:
         self._first = first
         self._cap = cap
         self._next = first
+
+    @property
+    def next_delay(self) -> float:
+        """Seconds the next :meth:`sleep` will wait."""
+        return self._next
 
     def reset(self) -> None:
         """Forget past failures."""
