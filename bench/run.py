@@ -35,17 +35,26 @@ from benchlib.redisproc import RedisServer  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--jobs", type=int, default=10000, help="jobs per enqueue/drain run (10000)")
     p.add_argument("--repeats", type=int, default=3, help="repeats; figures are medians (3)")
-    p.add_argument("--peers", default=",".join(DEFAULT_PEERS),
-                   help=f"comma-separated, from: {', '.join(PEERS)} (default: all)")
+    p.add_argument(
+        "--peers",
+        default=",".join(DEFAULT_PEERS),
+        help=f"comma-separated, from: {', '.join(PEERS)} (default: all)",
+    )
     p.add_argument("--uvloop", action="store_true", help="also run echomq on uvloop")
     p.add_argument("--output", type=Path, help="write FILE.md (table) and FILE.json (all data)")
     p.add_argument("--batch", type=int, default=1000, help="jobs per bulk-enqueue call (1000)")
     p.add_argument("--latency-samples", type=int, default=200, help="latency samples (200; 0=skip)")
-    p.add_argument("--latency-budget", type=float, default=45.0,
-                   help="max seconds of latency sampling per peer and repeat (45)")
+    p.add_argument(
+        "--latency-budget",
+        type=float,
+        default=45.0,
+        help="max seconds of latency sampling per peer and repeat (45)",
+    )
     p.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     p.add_argument("--no-setup", action="store_true", help="do not create/refresh environments")
     p.add_argument("--setup-only", action="store_true", help="only create the environments")
@@ -111,7 +120,9 @@ def median_metrics(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run_peer(peer: Peer, redis: RedisServer, opts: argparse.Namespace, logdir: Path) -> dict[str, Any]:
+def run_peer(
+    peer: Peer, redis: RedisServer, opts: argparse.Namespace, logdir: Path
+) -> dict[str, Any]:
     log = logdir / f"{peer.name}.log"
     entry: dict[str, Any] = {"peer": peer.name, "repeats": [], "status": "ok"}
     try:
@@ -119,8 +130,11 @@ def run_peer(peer: Peer, redis: RedisServer, opts: argparse.Namespace, logdir: P
         for r in range(opts.repeats):
             t0 = time.monotonic()
             entry["repeats"].append(one_repeat(peer, redis, opts.jobs, opts, log))
-            print(f"  {peer.name}: repeat {r + 1}/{opts.repeats} done in "
-                  f"{time.monotonic() - t0:.1f}s", flush=True)
+            print(
+                f"  {peer.name}: repeat {r + 1}/{opts.repeats} done in "
+                f"{time.monotonic() - t0:.1f}s",
+                flush=True,
+            )
     except VerificationError as exc:
         entry["status"] = "FAILED"
         entry["error"] = str(exc)
@@ -161,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     redis.start()
     try:
         env = machine(redis)
-        print(f"redis-server {env['redis']} on port {redis.port}; {opts.jobs} jobs x "
-              f"{opts.repeats} repeats", flush=True)
+        print(
+            f"redis-server {env['redis']} on port {redis.port}; {opts.jobs} jobs x "
+            f"{opts.repeats} repeats",
+            flush=True,
+        )
         results = [run_peer(p, redis, opts, workdir) for p in usable]
     finally:
         redis.stop()
@@ -170,10 +187,17 @@ def main(argv: list[str] | None = None) -> int:
         results.append({"peer": name, "status": "error", "error": f"setup: {err}", "repeats": []})
 
     data = {
-        "command": " ".join([Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)]),
-        "jobs": opts.jobs, "repeats": opts.repeats, "batch": opts.batch,
-        "latency_samples": opts.latency_samples, "machine": env, "reference": REFERENCE,
-        "results": results, "logs": str(workdir),
+        "command": " ".join(
+            [Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "jobs": opts.jobs,
+        "repeats": opts.repeats,
+        "batch": opts.batch,
+        "latency_samples": opts.latency_samples,
+        "machine": env,
+        "reference": REFERENCE,
+        "results": results,
+        "logs": str(workdir),
     }
     text = report.render(data)
     print("\n" + text)

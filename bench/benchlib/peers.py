@@ -130,8 +130,12 @@ class Adapter:
         self._err.flush()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-            cwd=REPO, env=env,
+            self.cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            cwd=REPO,
+            env=env,
         )
         self.messages: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -141,7 +145,7 @@ class Adapter:
         for raw in self.proc.stdout:
             line = raw.decode(errors="replace")
             if line.startswith(PREFIX):
-                self.messages.put(json.loads(line[len(PREFIX):]))
+                self.messages.put(json.loads(line[len(PREFIX) :]))
             else:
                 self._err.write(raw)
         self.messages.put(None)  # EOF
@@ -151,12 +155,14 @@ class Adapter:
             msg = self.messages.get(timeout=timeout)
         except queue.Empty:
             self.kill()
-            raise AdapterError(f"{self.peer.name} {self.role}: no answer in {timeout:.0f}s "
-                               f"(log: {self.log})") from None
+            raise AdapterError(
+                f"{self.peer.name} {self.role}: no answer in {timeout:.0f}s (log: {self.log})"
+            ) from None
         if msg is None:
             rc = self.proc.wait()
-            raise AdapterError(f"{self.peer.name} {self.role}: exited {rc} without a result "
-                               f"(log: {self.log})")
+            raise AdapterError(
+                f"{self.peer.name} {self.role}: exited {rc} without a result (log: {self.log})"
+            )
         return msg
 
     def close_stdin(self) -> None:

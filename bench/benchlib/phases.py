@@ -30,7 +30,9 @@ class VerificationError(RuntimeError):
     """A job did not run exactly once."""
 
 
-def check_worker(peer: Peer, what: str, res: dict[str, Any], expected: list[int] | None = None) -> None:
+def check_worker(
+    peer: Peer, what: str, res: dict[str, Any], expected: list[int] | None = None
+) -> None:
     """Fail loudly unless every expected job ran exactly once."""
     problems = []
     if expected is None:
@@ -48,22 +50,39 @@ def check_worker(peer: Peer, what: str, res: dict[str, Any], expected: list[int]
         if res["executions"] != len(expected):
             problems.append(f"{res['executions']} executions for {len(expected)} sampled jobs")
     if res["duplicate_count"]:
-        problems.append(f"{res['duplicate_count']} duplicate executions (e.g. i={res['duplicates']})")
+        problems.append(
+            f"{res['duplicate_count']} duplicate executions (e.g. i={res['duplicates']})"
+        )
     if res.get("unexpected"):
         problems.append(f"unexpected i values ran: {res['unexpected']}")
     if problems:
-        raise VerificationError(f"VERIFICATION FAILED for {peer.name} ({what}): " + "; ".join(problems))
+        raise VerificationError(
+            f"VERIFICATION FAILED for {peer.name} ({what}): " + "; ".join(problems)
+        )
 
 
 def _base_args(url: str, qname: str, n: int) -> list[str]:
     return ["--url", url, "--queue", qname, "--n", str(n)]
 
 
-def enqueue(peer: Peer, redis: RedisServer, qname: str, n: int, mode: str, batch: int,
-            log: Path, timeout: float) -> dict[str, Any] | None:
+def enqueue(
+    peer: Peer,
+    redis: RedisServer,
+    qname: str,
+    n: int,
+    mode: str,
+    batch: int,
+    log: Path,
+    timeout: float,
+) -> dict[str, Any] | None:
     before = redis.snapshot()
-    msg = run_once(peer, "enqueue", [*_base_args(redis.url, qname, n), "--mode", mode,
-                                     "--batch", str(batch)], log, timeout)
+    msg = run_once(
+        peer,
+        "enqueue",
+        [*_base_args(redis.url, qname, n), "--mode", mode, "--batch", str(batch)],
+        log,
+        timeout,
+    )
     after = redis.snapshot()
     if "unsupported" in msg:
         return None
@@ -76,11 +95,22 @@ def enqueue(peer: Peer, redis: RedisServer, qname: str, n: int, mode: str, batch
     }
 
 
-def drain(peer: Peer, redis: RedisServer, qname: str, n: int, concurrency: int,
-          log: Path, timeout: float) -> dict[str, Any] | None:
+def drain(
+    peer: Peer, redis: RedisServer, qname: str, n: int, concurrency: int, log: Path, timeout: float
+) -> dict[str, Any] | None:
     before = redis.snapshot()
-    a = Adapter(peer, "worker", [*_base_args(redis.url, qname, n), "--concurrency",
-                                 str(concurrency), "--timeout", str(timeout)], log)
+    a = Adapter(
+        peer,
+        "worker",
+        [
+            *_base_args(redis.url, qname, n),
+            "--concurrency",
+            str(concurrency),
+            "--timeout",
+            str(timeout),
+        ],
+        log,
+    )
     msg = a.next_message(60)
     if "unsupported" in msg:
         a.wait()
@@ -112,18 +142,35 @@ def _pct(values: list[float], q: float) -> float | None:
     return s[k]
 
 
-def latency(peer: Peer, redis: RedisServer, qname: str, samples: int, budget: float,
-            log: Path) -> dict[str, Any]:
-    w = Adapter(peer, "worker", [*_base_args(redis.url, qname, samples), "--concurrency", "1",
-                                 "--latency", "--timeout", str(budget + 120)], log)
+def latency(
+    peer: Peer, redis: RedisServer, qname: str, samples: int, budget: float, log: Path
+) -> dict[str, Any]:
+    w = Adapter(
+        peer,
+        "worker",
+        [
+            *_base_args(redis.url, qname, samples),
+            "--concurrency",
+            "1",
+            "--latency",
+            "--timeout",
+            str(budget + 120),
+        ],
+        log,
+    )
     msg = w.next_message(60)
     if not msg.get("ready"):
         w.kill()
         raise RuntimeError(f"{peer.name}: latency worker not ready: {msg}")
     time.sleep(1.0)  # let the worker settle into its idle wait
     try:
-        prod = run_once(peer, "latency", [*_base_args(redis.url, qname, samples),
-                                          "--budget", str(budget)], log, budget + 60)
+        prod = run_once(
+            peer,
+            "latency",
+            [*_base_args(redis.url, qname, samples), "--budget", str(budget)],
+            log,
+            budget + 60,
+        )
     finally:
         w.close_stdin()
     wres = w.next_message(60)["result"]
@@ -161,7 +208,8 @@ def one_repeat(peer: Peer, redis: RedisServer, n: int, opts: Any, log: Path) -> 
     out["drain_c50"] = drain(peer, redis, "bench-c50", n, 50, log, t_drain)
     redis.flushall()
     if opts.latency_samples > 0:
-        out["latency"] = latency(peer, redis, "bench-lat", opts.latency_samples,
-                                 opts.latency_budget, log)
+        out["latency"] = latency(
+            peer, redis, "bench-lat", opts.latency_samples, opts.latency_budget, log
+        )
     redis.flushall()
     return out

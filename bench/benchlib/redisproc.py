@@ -102,10 +102,25 @@ class RedisServer:
             self.port = free_port()
             log = open(self.workdir / "redis-server.log", "ab")  # noqa: SIM115 - lives with proc
             self.proc = subprocess.Popen(
-                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-                 "--protected-mode", "yes", "--daemonize", "no"],
-                stdout=log, stderr=subprocess.STDOUT,
+                [
+                    self.binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.workdir),
+                    "--protected-mode",
+                    "yes",
+                    "--daemonize",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and self.proc.poll() is None:

@@ -62,8 +62,12 @@ def render(data: dict[str, Any]) -> str:
     out.append(_table(["peer", "version", *[c[0] for c in COLUMNS]], rows))
 
     if ref is not None:
-        out += ["", f"### Ratios vs {data['reference']} (peer / {data['reference']}; "
-                "for the first four columns higher is better, for the rest lower is better)", ""]
+        out += [
+            "",
+            f"### Ratios vs {data['reference']} (peer / {data['reference']}; "
+            "for the first four columns higher is better, for the rest lower is better)",
+            "",
+        ]
         rows = []
         for r in results:
             row = [r["peer"]]

@@ -130,7 +130,9 @@ class Tracker:
         if fire and self.on_complete is not None:
             self.on_complete()
 
-    def summary(self, *, ready_ns: int, stop_ns: int, cpu_s: float, with_starts: bool) -> dict[str, Any]:
+    def summary(
+        self, *, ready_ns: int, stop_ns: int, cpu_s: float, with_starts: bool
+    ) -> dict[str, Any]:
         """The worker's result object (see ``bench/run.py`` for the fields)."""
         missing = [i for i in range(self.expected) if i not in self.starts]
         out: dict[str, Any] = {
@@ -171,7 +173,9 @@ def run_latency_sync(
     return {"samples": samples}
 
 
-async def run_latency_async(n: int, budget: float, gap: float, send_and_wait: Any) -> dict[str, Any]:
+async def run_latency_async(
+    n: int, budget: float, gap: float, send_and_wait: Any
+) -> dict[str, Any]:
     """Async twin of :func:`run_latency_sync`; ``send_and_wait`` is a coroutine function."""
     import asyncio
 
@@ -243,7 +247,9 @@ async def drive_async_worker(
     cpu = cpu_seconds() - cpu0
     await asyncio.sleep(GRACE_S)  # let a duplicate delivery show up before we stop
     await stop()
-    emit_result(tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency))
+    emit_result(
+        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency)
+    )
 
 
 def chunks(n: int, size: int) -> list[range]:

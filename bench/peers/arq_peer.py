@@ -43,8 +43,10 @@ async def enqueue(args) -> None:
 
 async def worker(args) -> None:
     if args.concurrency == 1 and not args.latency:
-        c.unsupported("arq starts at most one job per poll at max_jobs=1 (2 jobs/s with the "
-                      "default poll_delay of 0.5 s), so a c=1 drain is not run")
+        c.unsupported(
+            "arq starts at most one job per poll at max_jobs=1 (2 jobs/s with the "
+            "default poll_delay of 0.5 s), so a c=1 drain is not run"
+        )
         return
     done = asyncio.Event()
     tracker = c.async_tracker(args, done)

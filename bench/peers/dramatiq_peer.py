@@ -68,7 +68,9 @@ def worker(args) -> None:
     threading.Event().wait(c.GRACE_S)  # let a duplicate delivery show up
     w.stop()
     broker.close()
-    c.emit_result(tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency))
+    c.emit_result(
+        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency)
+    )
 
 
 def latency(args) -> None:

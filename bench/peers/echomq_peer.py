@@ -1,8 +1,9 @@
 """Benchmark adapter for echomq (installed from this repository into bench/.venvs/echomq).
 
-Use of the public API only: ``echomq.add`` / ``echomq.add_bulk`` on one
-``redis.asyncio.Redis`` the producer owns; one ``echomq.Worker`` with ``concurrency``;
-results through ``job.wait_until_finished`` on a shared ``echomq.QueueEvents``.
+Use of the public API only: ``Queue.add`` / ``Queue.add_bulk`` of one ``echomq.Queue`` over a
+``redis.asyncio.Redis`` the producer owns (as the Node adapter uses one ``Queue``); one
+``echomq.Worker`` with ``concurrency``; results through ``job.wait_until_finished`` on a shared
+``echomq.QueueEvents``.
 ``--uvloop`` runs the same code on uvloop's event loop.
 """
 
@@ -19,17 +20,18 @@ import redis.asyncio as aioredis
 async def enqueue(args) -> None:
     conn = aioredis.Redis.from_url(args.url)
     await conn.ping()
-    await echomq.add(args.queue, "warm-up", {"i": -1}, connection=conn)  # load scripts
+    queue = echomq.Queue(args.queue, connection=conn)
+    await queue.add("warm-up", {"i": -1})  # load scripts, open connections
     await conn.flushdb()  # drop the warm-up job (this Redis is private to the benchmark)
     t0 = c.now_ns()
     if args.mode == "seq":
         for i in range(args.n):
-            await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
+            await queue.add(c.JOB_NAME, {"i": i})
     else:
         for chunk in c.chunks(args.n, args.batch):
-            await echomq.add_bulk(args.queue, [(c.JOB_NAME, {"i": i}) for i in chunk],
-                                  connection=conn)
+            await queue.add_bulk([(c.JOB_NAME, {"i": i}) for i in chunk])
     t1 = c.now_ns()
+    await queue.aclose()
     await conn.aclose()
     c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
 
@@ -58,10 +60,11 @@ async def worker(args) -> None:
 async def latency(args) -> None:
     conn = aioredis.Redis.from_url(args.url)
     await conn.ping()
+    queue = echomq.Queue(args.queue, connection=conn)
     async with echomq.QueueEvents(args.queue, connection=args.url) as events:
 
         async def send_and_wait(i: int) -> bool:
-            job = await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
+            job = await queue.add(c.JOB_NAME, {"i": i})
             try:
                 await job.wait_until_finished(events, timeout=5)
             except (asyncio.TimeoutError, TimeoutError):
@@ -69,6 +72,7 @@ async def latency(args) -> None:
             return True
 
         result = await c.run_latency_async(args.n, args.budget, args.gap, send_and_wait)
+    await queue.aclose()
     await conn.aclose()
     c.emit_result(result)
 
@@ -76,8 +80,9 @@ async def latency(args) -> None:
 def main() -> None:
     args = c.parse_args()
     if args.role == "version":
-        c.emit_result({"version": importlib.metadata.version("echomq")
-                       + (" (uvloop)" if args.uvloop else "")})
+        c.emit_result(
+            {"version": importlib.metadata.version("echomq") + (" (uvloop)" if args.uvloop else "")}
+        )
         return
     role = {"enqueue": enqueue, "worker": worker, "latency": latency}[args.role]
     c.run_main(lambda: role(args), args.uvloop)

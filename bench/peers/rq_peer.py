@@ -65,7 +65,9 @@ def worker(args) -> None:
     os.unlink(path)
     if not args.latency and tracker.last_ns is not None:
         stop_ns = tracker.last_ns
-    c.emit_result(tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency))
+    c.emit_result(
+        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency)
+    )
 
 
 def latency(args) -> None:

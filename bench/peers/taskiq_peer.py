@@ -92,8 +92,12 @@ async def latency(args) -> None:
 def main() -> None:
     args = c.parse_args()
     if args.role == "version":
-        c.emit_result({"version": f"{importlib.metadata.version('taskiq')} + taskiq-redis "
-                                  f"{importlib.metadata.version('taskiq-redis')}"})
+        c.emit_result(
+            {
+                "version": f"{importlib.metadata.version('taskiq')} + taskiq-redis "
+                f"{importlib.metadata.version('taskiq-redis')}"
+            }
+        )
         return
     role = {"enqueue": enqueue, "worker": worker, "latency": latency}[args.role]
     c.run_main(lambda: role(args), args.uvloop)

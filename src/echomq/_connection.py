@@ -8,17 +8,21 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
+from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, ValidationError
 
 if TYPE_CHECKING:
+    from .ops._base import Op, Plan
     from .protocol.keys import QueueKeys
+
+T = TypeVar("T")
 
 AsyncConnection = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | str
 SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
@@ -91,11 +95,16 @@ def _check_url(url: str) -> None:
 
 
 class AsyncConn:
-    """An async client plus whether we must close it."""
+    """An async client plus whether we must close it, and (for long-lived owners such as a
+    Queue, a Worker or QueueEvents) a pipelined :class:`~echomq._wire.Channel` for script
+    calls, opened on first use with the client's settings.
+    """
 
-    __slots__ = ("_client", "owned", "url")
+    __slots__ = ("_channel", "_client", "_pipelined", "owned", "url")
 
-    def __init__(self, connection: AsyncConnection) -> None:
+    def __init__(self, connection: AsyncConnection, *, pipelined: bool = False) -> None:
+        self._pipelined = pipelined
+        self._channel: Channel | None = None
         if isinstance(connection, str):
             _check_url(connection)
             self._client: redis.asyncio.Redis | None = redis.asyncio.Redis.from_url(connection)
@@ -121,6 +130,25 @@ class AsyncConn:
                 "redis.asyncio.Redis client you own"
             )
         return self._client
+
+    @property
+    def channel(self) -> Channel | None:
+        """The pipelined channel for script calls, or None (not pipelined, or a client a
+        channel cannot mirror, such as Redis Cluster)."""
+        if self._channel is None and self._pipelined:
+            self._channel = open_channel(self.client)
+            self._pipelined = self._channel is not None
+        return self._channel
+
+    async def run(self, op: Op[T]) -> T:
+        """Run ``op`` on the client, its script calls through the channel when there is one."""
+        return await op.run(self.client, self.channel)
+
+    async def run_plan(self, plan: Plan[T]) -> T:
+        """Drive a multi-step ``plan`` like :meth:`run`."""
+        from .ops._base import run_plan  # ops import this module
+
+        return await run_plan(self.client, plan, self.channel)
 
     def new_client(self, **overrides: object) -> redis.asyncio.Redis:
         """A second, independent client to the same server (for blocking commands).
@@ -150,8 +178,12 @@ class AsyncConn:
         )
 
     async def aclose(self) -> None:
-        """Close the client if we opened it; forget it either way."""
+        """Close the channel, and the client if we opened it; forget both either way."""
         client, self._client = self._client, None
+        channel, self._channel = self._channel, None
+        self._pipelined = False
+        if channel is not None:
+            await channel.aclose()
         if client is not None and self.owned:
             await client.aclose()
 

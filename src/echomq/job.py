@@ -228,29 +228,30 @@ class Job(JobData):
         from .ops import worker as wops
         from .options import moment_to_ms
 
-        keys, client = self._bound()
+        keys, conn = self._bound()
         lock = token or self._token or "0"
         now = now_ms()
         delay = max(moment_to_ms(timestamp, "timestamp") - now, 0)
         item = wops.finish_item(wops.DELAY, self.id, lock, delay_ms=delay, flag=True)
         params = wops.FetchParams(token_prefix="", lock_ms=0)
-        reply = await wops.finish_and_fetch(keys, [item], 0, 0, params, now).run(client)
+        reply = await conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, now))
         check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
         self.delay = delay / 1000
 
-    def _bound(self) -> tuple[QueueKeys, Any]:
+    def _bound(self) -> tuple[QueueKeys, AsyncConn]:
         if self._keys is None or self._conn is None:
             from .errors import ConnectionNotOpenError
 
             raise ConnectionNotOpenError(
                 f"job {self.id} is not bound to a connection; read it through a Queue"
             )
-        return self._keys, self._conn.client
+        return self._keys, self._conn
 
     async def get_state(self) -> JobState:
         """The state the job is in now (``JobState.UNKNOWN`` once it was removed)."""
-        keys, client = self._bound()
-        return JobState(await ops.get_state(keys, self.id).run(client))
+        keys, conn = self._bound()
+        state: str = await conn.run(ops.get_state(keys, self.id))
+        return JobState(state)
 
     async def is_completed(self) -> bool:
         """Whether the job is in the completed state."""
@@ -266,8 +267,8 @@ class Job(JobData):
         Raises:
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        h = await ops.get_job_hash(keys, self.id).run(client)
+        keys, conn = self._bound()
+        h = await conn.run(ops.get_job_hash(keys, self.id))
         if h is None:
             raise error_for_code(codes.JOB_NOT_EXIST, job_id=self.id, command="refresh")
         self._fill_from_hash(h)
@@ -276,8 +277,8 @@ class Job(JobData):
         self, start: int = 0, end: int = -1, asc: bool = True
     ) -> tuple[list[str], int]:
         """A slice of the job's log lines (oldest first unless ``asc`` is False) and their total."""
-        keys, client = self._bound()
-        return await ops.get_logs(keys, self.id, start, end, asc).run(client)
+        keys, conn = self._bound()
+        return await conn.run(ops.get_logs(keys, self.id, start, end, asc))
 
     async def log(self, line: str) -> int:
         """Append a line to the job's log, keeping only the newest ``keep_logs`` lines if set.
@@ -288,8 +289,8 @@ class Job(JobData):
         Raises:
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        return await ops.add_log(keys, self.id, line, self._keep_logs()).run(client)
+        keys, conn = self._bound()
+        return await conn.run(ops.add_log(keys, self.id, line, self._keep_logs()))
 
     async def update_data(self, data: Any) -> None:
         """Replace the job's payload (no event is emitted).
@@ -298,8 +299,8 @@ class Job(JobData):
             PayloadError: ``data`` is not JSON-serialisable; nothing was written.
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        await ops.update_data(keys, self.id, data).run(client)
+        keys, conn = self._bound()
+        await conn.run(ops.update_data(keys, self.id, data))
         self.data = data
 
     async def update_progress(self, progress: float | dict[str, Any]) -> None:
@@ -309,8 +310,8 @@ class Job(JobData):
             ValidationError: ``progress`` is neither a number nor a JSON object.
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        await ops.update_progress(keys, self.id, progress).run(client)
+        keys, conn = self._bound()
+        await conn.run(ops.update_progress(keys, self.id, progress))
         self.progress = progress
 
     async def retry(
@@ -335,7 +336,7 @@ class Job(JobData):
             JobNotFoundError: the job no longer exists.
             JobNotInStateError: the job is not in ``state``.
         """
-        keys, client = self._bound()
+        keys, conn = self._bound()
         op = ops.reprocess_job(
             keys,
             self.id,
@@ -344,7 +345,7 @@ class Job(JobData):
             reset_attempts_made=reset_attempts_made,
             reset_attempts_started=reset_attempts_started,
         )
-        await op.run(client)
+        await conn.run(op)
         self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     async def promote(self) -> None:
@@ -353,8 +354,8 @@ class Job(JobData):
         Raises:
             JobNotInStateError: the job is not delayed.
         """
-        keys, client = self._bound()
-        await ops.promote_job(keys, self.id).run(client)
+        keys, conn = self._bound()
+        await conn.run(ops.promote_job(keys, self.id))
         self.delay = 0.0
 
     async def change_priority(self, priority: int, *, lifo: bool = False) -> None:
@@ -367,8 +368,8 @@ class Job(JobData):
             ValidationError: ``priority`` is out of range.
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        await ops.change_priority(keys, self.id, priority, lifo=lifo).run(client)
+        keys, conn = self._bound()
+        await conn.run(ops.change_priority(keys, self.id, priority, lifo=lifo))
         self.priority = priority
 
     async def change_delay(self, delay: Duration) -> None:
@@ -379,8 +380,8 @@ class Job(JobData):
             JobNotFoundError: the job no longer exists.
             JobNotInStateError: the job is not delayed.
         """
-        keys, client = self._bound()
-        await ops.change_delay(keys, self.id, delay).run(client)
+        keys, conn = self._bound()
+        await conn.run(ops.change_delay(keys, self.id, delay))
         self.delay = to_seconds(delay, "delay")
 
     async def remove(self, *, remove_children: bool = True) -> bool:
@@ -396,8 +397,8 @@ class Job(JobData):
             JobLockedError: a worker holds the job (or a pending child); nothing was removed.
             JobBelongsToSchedulerError: the job is its scheduler's current iteration.
         """
-        keys, client = self._bound()
-        return await ops.remove_job(keys, self.id, remove_children=remove_children).run(client)
+        keys, conn = self._bound()
+        return await conn.run(ops.remove_job(keys, self.id, remove_children=remove_children))
 
     async def wait_until_finished(
         self, events: QueueEvents, timeout: Duration | None = None

@@ -13,7 +13,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-import redis.asyncio
 from typing_extensions import Unpack
 
 from . import ops
@@ -52,7 +51,7 @@ def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: A
 
 async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
     prepared = ops.prepare_job(name, data, options)
-    job_id = await ops.add_job(keys, prepared).run(conn.client)
+    job_id = await conn.run(ops.add_job(keys, prepared))
     return _job_from_prepared(job_id, prepared, keys, conn)
 
 
@@ -62,7 +61,7 @@ async def _add_bulk(
     prepared = prepare_bulk(items, defaults)
     if not prepared:
         return []
-    job_ids = await ops.add_jobs(keys, prepared).run(conn.client)
+    job_ids = await conn.run(ops.add_jobs(keys, prepared))
     return [_job_from_prepared(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
 
@@ -142,7 +141,7 @@ async def get_job(
 
 
 async def _get_job(conn: AsyncConn, keys: QueueKeys, job_id: str) -> Job | None:
-    h = await ops.get_job_hash(keys, job_id).run(conn.client)
+    h = await conn.run(ops.get_job_hash(keys, job_id))
     return None if h is None else Job.from_hash(job_id, h, keys, conn)
 
 
@@ -162,7 +161,7 @@ async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
 
 async def _run(connection: AsyncConnection, op: ops.Op[T]) -> T:
     async with _connected(connection) as conn:
-        return await op.run(conn.client)
+        return await conn.run(op)
 
 
 async def _get_jobs(
@@ -174,12 +173,12 @@ async def _get_jobs(
     asc: bool,
 ) -> list[Job]:
     types = ops.normalize_types(states, ops.DEFAULT_COUNT_TYPES)
-    pairs = await ops.run_plan(conn.client, ops.get_jobs_plan(keys, types, start, end, asc))
+    pairs = await conn.run_plan(ops.get_jobs_plan(keys, types, start, end, asc))
     return [Job.from_hash(i, h, keys, conn) for i, h in pairs]
 
 
-async def _resume(client: redis.asyncio.Redis, keys: QueueKeys) -> None:
-    await ops.run_plan(client, ops.resume_plan(keys))
+async def _resume(conn: AsyncConn, keys: QueueKeys) -> None:
+    await conn.run_plan(ops.resume_plan(keys))
 
 
 async def get_state(
@@ -312,7 +311,7 @@ async def resume(queue: str, *, connection: AsyncConnection, prefix: str = DEFAU
     """
     keys = queue_keys(queue, prefix)
     async with _connected(connection) as conn:
-        await _resume(conn.client, keys)
+        await _resume(conn, keys)
 
 
 async def get_workers(
@@ -393,7 +392,7 @@ class Queue(QueueBase):
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(name, prefix, default_job_options, connection)
-        self._conn = AsyncConn(connection)
+        self._conn = AsyncConn(connection, pipelined=True)
 
     async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""
@@ -410,7 +409,8 @@ class Queue(QueueBase):
 
     async def get_state(self, job_id: str) -> JobState:
         """The state a job is in. See :func:`get_state`."""
-        return JobState(await ops.get_state(self._keys, job_id).run(self._conn.client))
+        state: str = await self._conn.run(ops.get_state(self._keys, job_id))
+        return JobState(state)
 
     async def get_jobs(
         self,
@@ -453,11 +453,11 @@ class Queue(QueueBase):
     async def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs each state holds. See :func:`get_job_counts`."""
         types = ops.normalize_types(states or None, ops.DEFAULT_COUNT_TYPES)
-        return await ops.get_counts(self._keys, types).run(self._conn.client)
+        return await self._conn.run(ops.get_counts(self._keys, types))
 
     async def count(self) -> int:
         """How many jobs have not started yet. See :func:`count`."""
-        counts = await ops.get_counts(self._keys, ops.PENDING_TYPES).run(self._conn.client)
+        counts = await self._conn.run(ops.get_counts(self._keys, ops.PENDING_TYPES))
         return sum(counts.values())
 
     async def get_job_logs(
@@ -465,45 +465,45 @@ class Queue(QueueBase):
     ) -> tuple[list[str], int]:
         """A slice of a job's log lines and their total. See :func:`get_job_logs`."""
         op = ops.get_logs(self._keys, job_id, start, end, asc)
-        return await op.run(self._conn.client)
+        return await self._conn.run(op)
 
     async def is_paused(self) -> bool:
         """Whether the queue is globally paused."""
-        return await ops.is_paused(self._keys).run(self._conn.client)
+        return await self._conn.run(ops.is_paused(self._keys))
 
     async def pause(self) -> None:
         """Pause the queue. See :func:`pause`."""
-        await ops.pause_queue(self._keys, True).run(self._conn.client)
+        await self._conn.run(ops.pause_queue(self._keys, True))
 
     async def resume(self) -> None:
         """Resume the queue. See :func:`resume`."""
-        await _resume(self._conn.client, self._keys)
+        await _resume(self._conn, self._keys)
 
     async def get_workers(self) -> list[dict[str, str]]:
         """The connections of this queue's workers. See :func:`get_workers`."""
-        return await ops.get_workers(self._keys).run(self._conn.client)
+        return await self._conn.run(ops.get_workers(self._keys))
 
     async def trim_events(self, max_len: int) -> int:
         """Trim the events stream to about ``max_len`` entries. See :func:`trim_events`."""
-        return await ops.trim_events(self._keys, max_len).run(self._conn.client)
+        return await self._conn.run(ops.trim_events(self._keys, max_len))
 
     async def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
         """Delete one job (and by default its children). See :func:`remove`."""
         op = ops.remove_job(self._keys, job_id, remove_children=remove_children)
-        return await op.run(self._conn.client)
+        return await self._conn.run(op)
 
     async def drain(self, *, delayed: bool = False) -> None:
         """Delete every job waiting to run. See :func:`drain`."""
-        await ops.run_plan(self._conn.client, ops.drain_plan(self._keys, delayed=delayed))
+        await self._conn.run_plan(ops.drain_plan(self._keys, delayed=delayed))
 
     async def clean(self, grace: Duration, limit: int = 0, state: str = "completed") -> list[str]:
         """Delete jobs of ``state`` older than ``grace``. See :func:`clean`."""
         plan = ops.clean_plan(self._keys, grace, limit, state)
-        return await ops.run_plan(self._conn.client, plan)
+        return await self._conn.run_plan(plan)
 
     async def obliterate(self, *, force: bool = False) -> None:
         """Pause the queue and delete all of it. See :func:`obliterate`."""
-        await ops.run_plan(self._conn.client, ops.obliterate_plan(self._keys, force=force))
+        await self._conn.run_plan(ops.obliterate_plan(self._keys, force=force))
 
     async def retry_jobs(
         self,
@@ -513,11 +513,11 @@ class Queue(QueueBase):
     ) -> None:
         """Move failed (or completed) jobs back to wait. See :func:`retry_jobs`."""
         plan = ops.retry_jobs_plan(self._keys, state, count, timestamp)
-        await ops.run_plan(self._conn.client, plan)
+        await self._conn.run_plan(plan)
 
     async def promote_jobs(self, count: int = ops.admin.BATCH) -> None:
         """Move every delayed job to wait now. See :func:`promote_jobs`."""
-        await ops.run_plan(self._conn.client, ops.promote_jobs_plan(self._keys, count))
+        await self._conn.run_plan(ops.promote_jobs_plan(self._keys, count))
 
     async def aclose(self) -> None:
         """Close the connection if this queue opened it."""
@@ -598,7 +598,7 @@ async def drain(
     """
     plan = ops.drain_plan(queue_keys(queue, prefix), delayed=delayed)
     async with _connected(connection) as conn:
-        await ops.run_plan(conn.client, plan)
+        await conn.run_plan(plan)
 
 
 async def clean(
@@ -635,7 +635,7 @@ async def clean(
     """
     plan = ops.clean_plan(queue_keys(queue, prefix), grace, limit, state)
     async with _connected(connection) as conn:
-        return await ops.run_plan(conn.client, plan)
+        return await conn.run_plan(plan)
 
 
 async def obliterate(
@@ -663,7 +663,7 @@ async def obliterate(
     """
     plan = ops.obliterate_plan(queue_keys(queue, prefix), force=force)
     async with _connected(connection) as conn:
-        await ops.run_plan(conn.client, plan)
+        await conn.run_plan(plan)
 
 
 async def retry_jobs(
@@ -693,7 +693,7 @@ async def retry_jobs(
     """
     plan = ops.retry_jobs_plan(queue_keys(queue, prefix), state, count, timestamp)
     async with _connected(connection) as conn:
-        await ops.run_plan(conn.client, plan)
+        await conn.run_plan(plan)
 
 
 async def promote_jobs(
@@ -710,4 +710,4 @@ async def promote_jobs(
     """
     plan = ops.promote_jobs_plan(queue_keys(queue, prefix), count)
     async with _connected(connection) as conn:
-        await ops.run_plan(conn.client, plan)
+        await conn.run_plan(plan)

@@ -28,6 +28,7 @@ import redis.cluster
 from redis.exceptions import NoScriptError
 
 from ._connection import execute, has_hash_tag
+from ._wire import Channel
 from .errors import ValidationError
 
 Arg = str | bytes | int | float
@@ -66,11 +67,22 @@ class Script:
             )
 
     async def run(
-        self, client: redis.asyncio.Redis, keys: Sequence[str], args: Sequence[Arg]
+        self,
+        client: redis.asyncio.Redis,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        channel: Channel | None = None,
     ) -> Any:
-        """EVALSHA on an async client, loading the script on NOSCRIPT."""
+        """EVALSHA on an async client (through ``channel`` when given), loading the script
+        on NOSCRIPT."""
         self.check(keys, client)
         command = ("EVALSHA", self.sha, self.numkeys, *keys, *args)
+        if channel is not None:
+            try:
+                return await channel.call(command)
+            except NoScriptError:
+                await channel.call(("SCRIPT", "LOAD", self.text))
+                return await channel.call(command)
         try:
             return await execute(client, command)
         except NoScriptError:

@@ -16,6 +16,7 @@ import redis
 import redis.asyncio
 
 from .. import scripts
+from .._wire import Channel
 from ..errors import error_for_code
 
 T = TypeVar("T")
@@ -52,8 +53,8 @@ class Op(Generic[T]):
 
     __slots__ = ()
 
-    async def run(self, client: redis.asyncio.Redis) -> T:
-        """Run on an async client."""
+    async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> T:
+        """Run on an async client; single calls go through ``channel`` when one is given."""
         raise NotImplementedError
 
     def run_sync(self, client: redis.Redis) -> T:
@@ -70,8 +71,8 @@ class ScriptOp(Op[T]):
     args: list[scripts.Arg]
     parse: Callable[[Any], T]
 
-    async def run(self, client: redis.asyncio.Redis) -> T:
-        return self.parse(await self.script.run(client, self.keys, self.args))
+    async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> T:
+        return self.parse(await self.script.run(client, self.keys, self.args, channel))
 
     def run_sync(self, client: redis.Redis) -> T:
         return self.parse(self.script.run_sync(client, self.keys, self.args))
@@ -79,12 +80,15 @@ class ScriptOp(Op[T]):
 
 @dataclass(slots=True)
 class CommandOp(Op[T]):
-    """Plain commands sent in one round trip (a non-transactional pipeline when several)."""
+    """Plain commands sent in one round trip (a non-transactional pipeline when several).
+
+    Always on the client, never a Channel: parsers may rely on redis-py's reply callbacks.
+    """
 
     commands: list[tuple[Any, ...]]
     parse: Callable[[list[Any]], T]
 
-    async def run(self, client: redis.asyncio.Redis) -> T:
+    async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> T:
         if len(self.commands) == 1:
             reply = await client.execute_command(*self.commands[0])  # type: ignore[no-untyped-call]
             return self.parse([reply])
@@ -113,7 +117,7 @@ class TransactionOp(Op[list[T]]):
 
     calls: Sequence[ScriptOp[T]]
 
-    async def run(self, client: redis.asyncio.Redis) -> list[T]:
+    async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> list[T]:
         await scripts.ensure_loaded(client, [call.script for call in self.calls])
         async with client.pipeline(transaction=True) as pipe:
             for call in self.calls:
@@ -137,8 +141,8 @@ class MappedOp(Op[U], Generic[T, U]):
     op: Op[T]
     fn: Callable[[T], U]
 
-    async def run(self, client: redis.asyncio.Redis) -> U:
-        return self.fn(await self.op.run(client))
+    async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> U:
+        return self.fn(await self.op.run(client, channel))
 
     def run_sync(self, client: redis.Redis) -> U:
         return self.fn(self.op.run_sync(client))
@@ -156,12 +160,12 @@ def check_code(reply: Any, *, job_id: str | None, command: str, state: str = "")
 Plan = Generator[Op[Any], Any, T]
 
 
-async def run_plan(client: redis.asyncio.Redis, plan: Plan[T]) -> T:
-    """Drive ``plan`` on an async client until it returns."""
+async def run_plan(client: redis.asyncio.Redis, plan: Plan[T], channel: Channel | None = None) -> T:
+    """Drive ``plan`` on an async client (and ``channel``, when given) until it returns."""
     try:
         op = next(plan)
         while True:
-            op = plan.send(await op.run(client))
+            op = plan.send(await op.run(client, channel))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 

@@ -90,7 +90,7 @@ class Worker:
             raise TypeError("processor must be callable")
         self._processor = processor
         self._backoff_strategy = backoff_strategy
-        self._conn = AsyncConn(connection)
+        self._conn = AsyncConn(connection, pipelined=True)
         check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
         self._token_counter = 0
@@ -152,14 +152,14 @@ class Worker:
         )
         renewer = LockRenewer(
             self._keys,
-            lambda: self._conn.client,
+            self._conn,
             lambda: dict(self._held),
             opts.lock_ms,
             opts.renew_interval,
         )
         checker = StalledChecker(
             self._keys,
-            lambda: self._conn.client,
+            self._conn,
             to_seconds(opts.stalled_interval, "stalled_interval"),
             opts.max_stalled_count,
         )
@@ -301,9 +301,7 @@ class Worker:
             op = wops.finish_and_fetch(
                 self._keys, items, fetch, start, self._fetch_params(), now_ms()
             )
-            return await retrying(
-                "finishAndFetch", lambda: op.run(self._conn.client), self._stopping
-            )
+            return await retrying("finishAndFetch", lambda: self._conn.run(op), self._stopping)
         finally:
             self._reserved -= fetch
 
@@ -502,7 +500,7 @@ class Worker:
 
     async def _rate_limited(self, job: Job, token: str) -> None:
         op = wops.move_job_from_active_to_wait(self._keys, job.id, token)
-        ttl = await op.run(self._conn.client)
+        ttl = await self._conn.run(op)
         self._held.pop(token, None)
         if ttl < 0:
             raise error_for_code(ttl, job_id=job.id, command="rate limit", state="active")

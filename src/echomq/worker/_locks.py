@@ -10,8 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import redis.asyncio
-
+from .._connection import AsyncConn
 from .._retry import TRANSIENT
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
@@ -25,13 +24,13 @@ class LockRenewer:
     def __init__(
         self,
         keys: QueueKeys,
-        client: Callable[[], redis.asyncio.Redis],
+        conn: AsyncConn,
         held: Callable[[], dict[str, str]],
         lock_ms: int,
         interval: float,
     ) -> None:
         self._keys = keys
-        self._client = client
+        self._conn = conn
         self._held = held
         self._lock_ms = lock_ms
         self._interval = interval
@@ -43,7 +42,7 @@ class LockRenewer:
             return []
         tokens = list(held)
         op = wops.extend_locks(self._keys, [held[t] for t in tokens], tokens, self._lock_ms)
-        lost = await op.run(self._client())
+        lost = await self._conn.run(op)
         for job_id in lost:
             logger.warning(
                 "queue=%s job=%s lock could not be renewed; another worker may take it",

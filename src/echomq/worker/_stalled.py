@@ -10,8 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import redis.asyncio
-
+from .._connection import AsyncConn
 from .._retry import TRANSIENT
 from ..ops import now_ms
 from ..ops import worker as wops
@@ -26,12 +25,12 @@ class StalledChecker:
     def __init__(
         self,
         keys: QueueKeys,
-        client: Callable[[], redis.asyncio.Redis],
+        conn: AsyncConn,
         interval: float,
         max_stalled_count: int,
     ) -> None:
         self._keys = keys
-        self._client = client
+        self._conn = conn
         self._interval = interval
         self._max = max_stalled_count
 
@@ -40,7 +39,7 @@ class StalledChecker:
         op = wops.move_stalled_jobs_to_wait(
             self._keys, self._max, round(self._interval * 1000), now_ms()
         )
-        recovered = await op.run(self._client())
+        recovered = await self._conn.run(op)
         for job_id in recovered:
             logger.warning(
                 "queue=%s job=%s stalled (its worker lost the lock); moved back to wait",

@@ -1,0 +1,201 @@
+"""The pipelined Channel: replies matched in order, errors, cancellation, loss and reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+
+import pytest
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import echomq
+from echomq._wire import Channel, open_channel
+
+NAME = "echomq-wire-test"
+
+#: Keeps the server busy for half a second (DEBUG SLEEP is disabled on default servers).
+BUSY_HALF_SECOND = """
+local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 500000
+return 1
+"""
+
+
+def channel_of(client: AsyncRedis) -> Channel:
+    channel = open_channel(client)
+    assert channel is not None
+    return channel
+
+
+async def channel_clients(observer: AsyncRedis, name: str = NAME) -> list[dict[str, object]]:
+    return [c for c in await observer.client_list() if c.get("name") == name]
+
+
+async def test_concurrent_calls_pipeline_and_each_gets_its_own_reply(
+    redis: AsyncRedis, queue_name: str
+) -> None:
+    channel = channel_of(redis)
+    try:
+        key = f"{queue_name}:counter"
+        replies = await asyncio.gather(*(channel.call(("INCR", key)) for _ in range(500)))
+        assert replies == list(range(1, 501))
+        echoes = await asyncio.gather(*(channel.call(("ECHO", f"m{i}")) for i in range(200)))
+        assert echoes == [f"m{i}".encode() for i in range(200)]
+    finally:
+        await channel.aclose()
+
+
+async def test_error_replies_raise_redis_py_classes_and_keep_the_order(
+    redis: AsyncRedis, queue_name: str
+) -> None:
+    channel = channel_of(redis)
+    try:
+        with pytest.raises(NoScriptError):
+            await channel.call(("EVALSHA", "0" * 40, 0))
+        with pytest.raises(ResponseError, match="wrong number of arguments"):
+            await channel.call(("GET",))
+        replies = await asyncio.gather(
+            channel.call(("SET", f"{queue_name}:k", "v")),
+            channel.call(("HGET", f"{queue_name}:k", "f")),  # WRONGTYPE
+            channel.call(("GET", f"{queue_name}:k")),
+            return_exceptions=True,
+        )
+        assert replies[0] == b"OK"
+        assert isinstance(replies[1], ResponseError) and "WRONGTYPE" in str(replies[1])
+        assert replies[2] == b"v"
+    finally:
+        await channel.aclose()
+
+
+async def test_a_cancelled_call_does_not_shift_later_replies(redis: AsyncRedis) -> None:
+    channel = channel_of(redis)
+    try:
+        await channel.call(("PING",))  # connected
+        task = asyncio.create_task(channel.call(("ECHO", "cancelled")))
+        await asyncio.sleep(0)  # written, reply not read yet
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await channel.call(("ECHO", "next")) == b"next"
+    finally:
+        await channel.aclose()
+
+
+async def test_settings_of_the_client_apply(redis_url: str, queue_name: str) -> None:
+    client = AsyncRedis.from_url(
+        redis_url.rsplit("/", 1)[0] + "/3", decode_responses=True, client_name=NAME
+    )
+    channel = channel_of(client)
+    try:
+        assert await channel.call(("SET", f"{queue_name}:db3", "x")) == "OK"
+        assert await client.get(f"{queue_name}:db3") == "x"  # same database, str replies
+        assert await channel.call(("CLIENT", "GETNAME")) == NAME
+        await client.delete(f"{queue_name}:db3")
+    finally:
+        await channel.aclose()
+        await client.aclose()
+
+
+async def test_a_connection_closed_by_the_server_is_reopened_and_logged(
+    redis_url: str, redis: AsyncRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="echomq")
+    client = AsyncRedis.from_url(redis_url, client_name=NAME)
+    channel = channel_of(client)
+    try:
+        await channel.call(("PING",))
+        (victim,) = await channel_clients(redis)
+        await redis.client_kill_filter(_id=victim["id"])
+        for _ in range(100):  # the EOF reaches the channel
+            if caplog.records:
+                break
+            await asyncio.sleep(0.01)
+        assert await channel.call(("PING",)) == b"PONG"  # reopened before writing
+        (now,) = await channel_clients(redis)
+        assert now["id"] != victim["id"]
+        assert any("connection to Redis lost" in r.getMessage() for r in caplog.records)
+    finally:
+        await channel.aclose()
+        await client.aclose()
+
+
+async def test_a_call_in_flight_when_the_connection_drops_fails_and_is_not_resent(
+    redis_url: str, redis: AsyncRedis, queue_name: str
+) -> None:
+    client = AsyncRedis.from_url(redis_url, client_name=NAME)
+    channel = channel_of(client)
+    try:
+        await channel.call(("PING",))
+        blocked = asyncio.create_task(channel.call(("BLPOP", f"{queue_name}:nothing", 10)))
+        for _ in range(100):
+            clients = await channel_clients(redis)
+            if clients and clients[0]["cmd"] == "blpop":
+                break
+            await asyncio.sleep(0.01)
+        await redis.client_kill_filter(_id=clients[0]["id"])
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(blocked, 5)
+        assert await channel.call(("ECHO", "again")) == b"again"
+    finally:
+        await channel.aclose()
+        await client.aclose()
+
+
+async def test_socket_timeout_bounds_a_call_and_the_next_call_reconnects(redis_url: str) -> None:
+    client = AsyncRedis.from_url(redis_url, socket_timeout=0.2)
+    channel = channel_of(client)
+    try:
+        with pytest.raises(RedisTimeoutError, match="socket_timeout"):
+            await channel.call(("EVAL", BUSY_HALF_SECOND, 0))
+        await asyncio.sleep(0.5)  # the server is busy until then (a handshake would time out)
+        assert await channel.call(("PING",)) == b"PONG"
+    finally:
+        await channel.aclose()
+        await client.aclose()
+
+
+async def test_clients_a_channel_cannot_mirror_get_none(
+    redis_url: str, redis_cluster: list[str]
+) -> None:
+    resp3 = AsyncRedis.from_url(redis_url, protocol=3)
+    single = AsyncRedis.from_url(redis_url, single_connection_client=True)
+    cluster = RedisCluster.from_url(redis_cluster[0])
+    try:
+        assert open_channel(resp3) is None
+        assert open_channel(single) is None
+        assert open_channel(cluster) is None  # type: ignore[arg-type]
+    finally:
+        await resp3.aclose()
+        await single.aclose()
+        await cluster.aclose()
+
+
+async def test_a_queue_closes_its_channel_and_a_dropped_queue_releases_it(
+    redis_url: str, redis: AsyncRedis, queue_name: str
+) -> None:
+    client = AsyncRedis.from_url(redis_url, client_name=NAME)
+    try:
+        await client.ping()  # the pool's own connection
+        queue = echomq.Queue(queue_name, connection=client)
+        await queue.add("a", {})
+        assert len(await channel_clients(redis)) == 2
+        await queue.aclose()
+        await asyncio.sleep(0.05)
+        assert len(await channel_clients(redis)) == 1
+
+        dropped = echomq.Queue(queue_name, connection=client)
+        await dropped.add("b", {})
+        assert len(await channel_clients(redis)) == 2
+        del dropped
+        gc.collect()
+        await asyncio.sleep(0.05)
+        assert len(await channel_clients(redis)) == 1  # closed, with no ResourceWarning
+        assert await echomq.count(queue_name, connection=client) == 2
+    finally:
+        await client.aclose()
