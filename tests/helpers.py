@@ -29,18 +29,21 @@ def _as_bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
-async def snapshot(r: redis.asyncio.Redis) -> Snapshot:
+async def snapshot(r: redis.asyncio.Redis, match: str | None = None) -> Snapshot:
     """Return every key of the client's database mapped to ``(TYPE, DUMP)``.
 
     Works with any ``decode_responses`` setting (keys and types are returned as bytes).
 
     Args:
         r: An async client.
+        match: only keys matching this glob, e.g. one queue's ``keys.qualified + "*"``: the
+            session server is shared, and keys other tests left with a TTL (a worker's last
+            lock or stalled-check) may expire between two snapshots.
 
     Returns:
         The snapshot, with keys in sorted order.
     """
-    keys = sorted([_as_bytes(k) async for k in r.scan_iter(count=1000)])
+    keys = sorted([_as_bytes(k) async for k in r.scan_iter(match=match, count=1000)])
     result: Snapshot = {}
     for key in keys:
         kind = _as_bytes(await r.type(key))

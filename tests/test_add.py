@@ -304,13 +304,13 @@ async def test_duplicate_custom_id_changes_nothing_but_id_and_events(
 ) -> None:
     await q.add("orig", {"v": 1}, job_id="dup", priority=3)
     await q.add("other", {"v": 0})
-    before = await snapshot(redis_decoded)
+    before = await snapshot(redis_decoded, keys.qualified + "*")
     events_before = await events(redis_decoded, keys)
 
     again = await q.add("new", {"v": 2}, job_id="dup", delay=30, lifo=True)
 
     assert again.id == "dup"
-    after = await snapshot(redis_decoded)
+    after = await snapshot(redis_decoded, keys.qualified + "*")
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     assert changed == {keys.id.encode(), keys.events.encode()}
     assert await redis_decoded.get(keys.id) == "3"

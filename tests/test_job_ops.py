@@ -89,10 +89,10 @@ async def test_update_data(redis: Redis, q: Queue, keys: QueueKeys) -> None:
     assert job.data == {"b": [1, "é"]}
     assert await events(redis, keys) == before  # no event
 
-    snap = await snapshot(redis)
+    snap = await snapshot(redis, keys.qualified + "*")
     with pytest.raises(PayloadError):
         await job.update_data({"bad": object()})
-    assert await snapshot(redis) == snap
+    assert await snapshot(redis, keys.qualified + "*") == snap
 
 
 async def test_update_progress(redis: Redis, q: Queue, keys: QueueKeys) -> None:
@@ -130,7 +130,7 @@ async def test_log_appends_and_trims_to_keep_logs(redis: Redis, q: Queue, keys: 
 async def test_missing_job_raises_job_not_found(redis: Redis, q: Queue, keys: QueueKeys) -> None:
     job = await q.add("x")
     await redis.delete(keys.job(job.id))
-    snap = await snapshot(redis)
+    snap = await snapshot(redis, keys.qualified + "*")
     with pytest.raises(JobNotFoundError, match=f"job {job.id} does not exist") as info:
         await job.update_data({})
     assert info.value.code == -1
@@ -147,7 +147,7 @@ async def test_missing_job_raises_job_not_found(redis: Redis, q: Queue, keys: Qu
         await job.retry()
     with pytest.raises(JobNotFoundError):
         await job.refresh()
-    assert await snapshot(redis) == snap
+    assert await snapshot(redis, keys.qualified + "*") == snap
 
 
 # -- retry (reprocessJob) -----------------------------------------------------------------
@@ -207,7 +207,7 @@ async def test_retry_lifo_prioritized_and_paused(redis: Redis, q: Queue, keys: Q
 
 async def test_retry_errors(redis: Redis, q: Queue, keys: QueueKeys) -> None:
     job = await q.add("x")
-    snap = await snapshot(redis)
+    snap = await snapshot(redis, keys.qualified + "*")
     with pytest.raises(JobNotInStateError, match="not in the failed state") as info:
         await job.retry()
     assert info.value.code == -3
@@ -215,7 +215,7 @@ async def test_retry_errors(redis: Redis, q: Queue, keys: QueueKeys) -> None:
         await job.retry("completed")
     with pytest.raises(ValidationError, match="'completed' or 'failed'"):
         await job.retry("active")
-    assert await snapshot(redis) == snap
+    assert await snapshot(redis, keys.qualified + "*") == snap
 
 
 async def test_retry_reattaches_child_to_live_parent(

@@ -16,7 +16,8 @@ the call (a non-idempotent script may or may not have run, as with any client).
 
 Clients a Channel cannot mirror (Redis Cluster, single-connection clients, RESP3, a
 connection class without asyncio streams) get ``None`` from :func:`open_channel`, and their
-callers keep redis-py's path. Blocking commands never go through a Channel.
+callers keep redis-py's path. A blocking command holds up every call queued behind it, so
+only a Channel its caller has to itself carries one (the events reader's XREAD).
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ from ._event_types import (
     parse_entry,
 )
 from ._retry import TRANSIENT, Backoff
+from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
 from .ops import to_str
 from .options import Duration, to_seconds
@@ -195,6 +196,7 @@ class QueueEvents:
         self._conn = AsyncConn(connection)
         self._last_id = last_event_id
         self._reader: redis.asyncio.Redis | None = None
+        self._reader_channel: Channel | None = None  # XREAD on the reader's own connection
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
         self._resolving: asyncio.Lock | None = None
@@ -249,6 +251,9 @@ class QueueEvents:
                 task.cancel()
             _, pending = await asyncio.wait(pending, timeout=0.1)
         reader, self._reader = self._reader, None
+        channel, self._reader_channel = self._reader_channel, None
+        if channel is not None:
+            await channel.aclose()
         if reader is not None:
             await reader.aclose()
         await self._conn.aclose()
@@ -292,6 +297,7 @@ class QueueEvents:
                 socket_timeout=None,
                 retry=Retry(NoBackoff(), 0),
             )
+            self._reader_channel = open_channel(self._reader)
         return self._reader
 
     async def _resolve_start(self) -> None:
@@ -300,7 +306,7 @@ class QueueEvents:
             self._resolving = asyncio.Lock()
         async with self._resolving:
             if self._last_id == "$":
-                newest = await self._reader_client().xrevrange(self._keys.events, count=1)
+                newest = await self._read("XREVRANGE", self._keys.events, "+", "-", "COUNT", 1)
                 self._last_id = to_str(newest[0][0]) if newest else "0-0"
                 logger.debug("events of %s start after %s", self._keys.name, self._last_id)
         if self._ready is not None:
@@ -311,8 +317,9 @@ class QueueEvents:
         while not self._closed:
             try:
                 await self._resolve_start()
-                reply = await self._reader_client().xread(
-                    {self._keys.events: self._last_id}, count=_READ_COUNT, block=self._block_ms
+                reply = await self._read(
+                    *("XREAD", "COUNT", _READ_COUNT, "BLOCK", self._block_ms),
+                    *("STREAMS", self._keys.events, self._last_id),
                 )
                 self._deliver(_entries(reply))
             except TRANSIENT as exc:
@@ -329,6 +336,14 @@ class QueueEvents:
                 backoff.reset()
                 continue
             await backoff.sleep()
+
+    async def _read(self, *command: Any) -> Any:
+        """A command of the reader: on its channel when it has one (that connection carries
+        nothing else, so a blocking XREAD holds up no one), else on its client."""
+        reader = self._reader_client()
+        if self._reader_channel is not None:
+            return await self._reader_channel.call(command)
+        return await reader.execute_command(*command)  # type: ignore[no-untyped-call]
 
     def _deliver(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, entry in entries:

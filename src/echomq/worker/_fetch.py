@@ -12,6 +12,7 @@ import time
 import redis.asyncio
 
 from .._connection import execute
+from .._wire import open_channel
 from ..ops import to_str
 from ..protocol.keys import QueueKeys
 
@@ -27,6 +28,8 @@ class MarkerWaiter:
     def __init__(self, keys: QueueKeys, client: redis.asyncio.Redis, drain_delay: float) -> None:
         self._keys = keys
         self._client = client
+        # The connection blocks for nobody else, so a channel of its own carries the BZPOPMIN.
+        self._channel = open_channel(client)
         self._drain_delay = drain_delay
 
     async def wait(self, next_delayed_ms: int = 0) -> None:
@@ -36,7 +39,11 @@ class MarkerWaiter:
             deadline = min(deadline, next_delayed_ms / 1000)
         while True:
             timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
-            popped = await execute(self._client, ("BZPOPMIN", self._keys.marker, timeout))
+            command = ("BZPOPMIN", self._keys.marker, timeout)
+            if self._channel is not None:
+                popped = await self._channel.call(command)
+            else:
+                popped = await execute(self._client, command)
             if not popped:
                 if time.time() >= deadline - 0.001:
                     return
@@ -51,8 +58,13 @@ class MarkerWaiter:
 
     async def connect(self) -> None:
         """Open the blocking connection (which names itself on connect)."""
-        await self._client.ping()
+        if self._channel is not None:
+            await self._channel.call(("PING",))
+        else:
+            await self._client.ping()
 
     async def aclose(self) -> None:
         """Close the blocking connection."""
+        if self._channel is not None:
+            await self._channel.aclose()
         await self._client.aclose()
