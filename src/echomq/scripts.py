@@ -40,6 +40,18 @@ _CLUSTERS = (
     redis.cluster.ClusterPipeline,
 )
 
+_CLUSTER_CLASSES: dict[type, bool] = {}
+
+
+def _is_cluster(kind: type) -> bool:
+    """Whether clients of class ``kind`` talk to Redis Cluster (remembered per class: an
+    ``isinstance`` against the cluster classes goes through ``typing`` and costs µs a call)."""
+    known = _CLUSTER_CLASSES.get(kind)
+    if known is None:
+        known = _CLUSTER_CLASSES[kind] = issubclass(kind, _CLUSTERS)
+    return known
+
+
 _INCLUDE = re.compile(r'^--@include "([\w-]+)"\s*$', re.MULTILINE)
 _KEY_DECL = re.compile(r"^\s*(?:--)?\s*KEYS\[(\d+)\]", re.MULTILINE)
 
@@ -60,7 +72,7 @@ class Script:
             raise AssertionError(
                 f"script {self.name} declares {self.numkeys} KEYS, called with {len(keys)}"
             )
-        if keys and isinstance(client, _CLUSTERS) and not has_hash_tag(keys[0]):
+        if keys and _is_cluster(type(client)) and not has_hash_tag(keys[0]):
             raise ValidationError(
                 f"key {keys[0]!r} has no hash tag, so a queue's keys would land in different "
                 "Redis Cluster slots; use a prefix like '{bull}' or a queue name like '{emails}'"

@@ -11,6 +11,7 @@ starts it, ``close()`` stops it in two phases (stop fetching, wait a grace perio
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -280,7 +281,9 @@ class Worker:
         free = self.options.concurrency - len(self._running) - self._reserved
         return free if for_finisher else free - len(self._pending)
 
+    @functools.cached_property
     def _fetch_params(self) -> wops.FetchParams:
+        """The worker's part of every fetch (its options do not change once built)."""
         opts = self.options
         limiter = opts.limiter
         return wops.FetchParams(
@@ -299,7 +302,7 @@ class Worker:
         self._token_counter += fetch
         try:
             op = wops.finish_and_fetch(
-                self._keys, items, fetch, start, self._fetch_params(), now_ms()
+                self._keys, items, fetch, start, self._fetch_params, now_ms()
             )
             return await retrying("finishAndFetch", lambda: self._conn.run(op), self._stopping)
         finally:
