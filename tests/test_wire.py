@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis as AsyncRedis
@@ -199,3 +200,25 @@ async def test_a_queue_closes_its_channel_and_a_dropped_queue_releases_it(
         assert await echomq.count(queue_name, connection=client) == 2
     finally:
         await client.aclose()
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # the first loop's socket, left open
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_channel_used_from_a_new_event_loop_reconnects_instead_of_hanging(
+    redis_url: str,
+) -> None:
+    client = AsyncRedis.from_url(redis_url)
+    channel = channel_of(client)
+
+    async def echo(text: str) -> Any:
+        return await asyncio.wait_for(channel.call(("ECHO", text)), 5)
+
+    def two_loops() -> list[Any]:
+        first = asyncio.run(echo("first"))  # this loop closes with the connection open
+        second = asyncio.run(echo("second"))
+        asyncio.run(channel.aclose())
+        return [first, second]
+
+    assert await asyncio.to_thread(two_loops) == [b"first", b"second"]
+    await client.aclose()
+    gc.collect()  # the first loop's transport: its __del__ closes the socket (with a warning)

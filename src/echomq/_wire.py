@@ -70,6 +70,7 @@ class _Wire(asyncio.Protocol):
             options["errors"] = errors
         self._reader = hiredis.Reader(**options)
         self.lost = False
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -115,7 +116,8 @@ class _Wire(asyncio.Protocol):
         while self.waiters:
             waiter = self.waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(error)
+                with contextlib.suppress(RuntimeError):  # its event loop is already closed
+                    waiter.set_exception(error)
 
     def close(self) -> None:
         """Close the transport; pending calls fail."""
@@ -138,7 +140,10 @@ class Channel:
     reply; :meth:`aclose` closes it (also done when the Channel is garbage collected).
     """
 
-    __slots__ = ("__weakref__", "_client", "_holder", "_lock", "_timeout", "_encoding", "_errors")
+    __slots__ = (
+        *("__weakref__", "_client", "_holder", "_lock", "_lock_loop"),
+        *("_timeout", "_encoding", "_errors"),
+    )
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._client = client
@@ -149,14 +154,16 @@ class Channel:
         self._errors: str = kwargs.get("encoding_errors", "strict")
         self._holder: list[_Wire | None] = [None]
         self._lock = asyncio.Lock()
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         weakref.finalize(self, _close_wire, self._holder)
 
     async def call(self, command: tuple[Any, ...]) -> Any:
         """Send ``command`` and wait for its reply (error replies raise)."""
+        loop = asyncio.get_running_loop()
         wire = self._holder[0]
-        if wire is None or wire.lost:
-            wire = await self._connect()
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if wire is None or wire.lost or wire.loop is not loop:
+            wire = await self._connect(loop)
+        waiter: asyncio.Future[Any] = loop.create_future()
         wire.transport.write(hiredis.pack_command(command))
         wire.waiters.append(waiter)
         if self._timeout is None:
@@ -169,11 +176,17 @@ class Channel:
                 f"no reply from Redis within socket_timeout={self._timeout}s"
             ) from None
 
-    async def _connect(self) -> _Wire:
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Wire:
+        if self._lock_loop is not loop:  # an asyncio.Lock serves one event loop
+            self._lock, self._lock_loop = asyncio.Lock(), loop
         async with self._lock:
             wire = self._holder[0]
-            if wire is not None and not wire.lost:
+            if wire is not None and not wire.lost and wire.loop is loop:
                 return wire
+            if wire is not None:
+                # Lost, or opened on another (probably closed) event loop, whose transport
+                # cannot be read from here: open a new connection on this loop.
+                _close_wire(self._holder)
             pool = self._client.connection_pool
             connection = pool.connection_class(**pool.connection_kwargs)
             # redis-py's own handshake: AUTH, TLS, SELECT, CLIENT SETNAME
