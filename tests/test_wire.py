@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -32,6 +34,18 @@ def channel_of(client: AsyncRedis) -> Channel:
     channel = open_channel(client)
     assert channel is not None
     return channel
+
+
+@contextlib.asynccontextmanager
+async def own_channel(url: str, **settings: Any) -> AsyncIterator[Channel]:
+    """A channel over a client of its own with ``settings``; both closed on exit."""
+    client = AsyncRedis.from_url(url, **settings)
+    channel = channel_of(client)
+    try:
+        yield channel
+    finally:
+        await channel.aclose()
+        await client.aclose()
 
 
 async def channel_clients(observer: AsyncRedis, name: str = NAME) -> list[dict[str, object]]:
@@ -107,9 +121,7 @@ async def test_a_connection_closed_by_the_server_is_reopened_and_logged(
     redis_url: str, redis: AsyncRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="echomq")
-    client = AsyncRedis.from_url(redis_url, client_name=NAME)
-    channel = channel_of(client)
-    try:
+    async with own_channel(redis_url, client_name=NAME) as channel:
         await channel.call(("PING",))
         (victim,) = await channel_clients(redis)
         await redis.client_kill_filter(_id=victim["id"])
@@ -121,17 +133,12 @@ async def test_a_connection_closed_by_the_server_is_reopened_and_logged(
         (now,) = await channel_clients(redis)
         assert now["id"] != victim["id"]
         assert any("connection to Redis lost" in r.getMessage() for r in caplog.records)
-    finally:
-        await channel.aclose()
-        await client.aclose()
 
 
 async def test_a_call_in_flight_when_the_connection_drops_fails_and_is_not_resent(
     redis_url: str, redis: AsyncRedis, queue_name: str
 ) -> None:
-    client = AsyncRedis.from_url(redis_url, client_name=NAME)
-    channel = channel_of(client)
-    try:
+    async with own_channel(redis_url, client_name=NAME) as channel:
         await channel.call(("PING",))
         blocked = asyncio.create_task(channel.call(("BLPOP", f"{queue_name}:nothing", 10)))
         for _ in range(100):
@@ -143,22 +150,14 @@ async def test_a_call_in_flight_when_the_connection_drops_fails_and_is_not_resen
         with pytest.raises(RedisConnectionError):
             await asyncio.wait_for(blocked, 5)
         assert await channel.call(("ECHO", "again")) == b"again"
-    finally:
-        await channel.aclose()
-        await client.aclose()
 
 
 async def test_socket_timeout_bounds_a_call_and_the_next_call_reconnects(redis_url: str) -> None:
-    client = AsyncRedis.from_url(redis_url, socket_timeout=0.2)
-    channel = channel_of(client)
-    try:
+    async with own_channel(redis_url, socket_timeout=0.2) as channel:
         with pytest.raises(RedisTimeoutError, match="socket_timeout"):
             await channel.call(("EVAL", BUSY_HALF_SECOND, 0))
         await asyncio.sleep(0.5)  # the server is busy until then (a handshake would time out)
         assert await channel.call(("PING",)) == b"PONG"
-    finally:
-        await channel.aclose()
-        await client.aclose()
 
 
 async def test_clients_a_channel_cannot_mirror_get_none(

@@ -33,7 +33,7 @@ import hiredis
 import redis.asyncio
 import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, ResponseError
+from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 try:  # redis-py's own error-reply parser, so error classes match its other paths
@@ -43,6 +43,8 @@ try:  # redis-py's own error-reply parser, so error classes match its other path
 except ImportError:  # pragma: no cover - depends on redis-py internals
 
     def _parse_error(message: str) -> ResponseError:
+        if message.startswith("NOSCRIPT "):  # the one class echomq itself relies on
+            return NoScriptError(message[len("NOSCRIPT ") :])
         return ResponseError(message)
 
 
