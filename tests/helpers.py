@@ -54,16 +54,17 @@ async def snapshot(r: redis.asyncio.Redis, match: str | None = None) -> Snapshot
     return result
 
 
-def snapshot_sync(r: redis.Redis) -> Snapshot:
+def snapshot_sync(r: redis.Redis, match: str | None = None) -> Snapshot:
     """Synchronous twin of :func:`snapshot` for sync-client tests.
 
     Args:
         r: A sync client.
+        match: only keys matching this glob (see :func:`snapshot`).
 
     Returns:
         The snapshot, with keys in sorted order.
     """
-    keys = sorted(_as_bytes(k) for k in r.scan_iter(count=1000))
+    keys = sorted(_as_bytes(k) for k in r.scan_iter(match=match, count=1000))
     result: Snapshot = {}
     for key in keys:
         kind = _as_bytes(r.type(key))

@@ -332,21 +332,24 @@ async def test_client_fixtures_share_the_session_server(
 async def test_snapshot_sees_every_change(redis: AsyncRedis, queue_name: str) -> None:
     await redis.hset(f"{queue_name}:h", mapping={"a": "1"})
     await redis.rpush(f"{queue_name}:l", "x")
-    before = await snapshot(redis)
+    mine = f"{queue_name}:*"  # keys of earlier tests (with TTLs) may expire meanwhile
+    before = await snapshot(redis, mine)
     assert before[f"{queue_name}:h".encode()][0] == b"hash"
-    assert await snapshot(redis) == before
+    assert await snapshot(redis, mine) == before
 
     await redis.hset(f"{queue_name}:h", "a", "2")
-    assert await snapshot(redis) != before
+    assert await snapshot(redis, mine) != before
 
 
 async def test_snapshot_twins_agree(
     redis: AsyncRedis, redis_decoded: AsyncRedis, sync_redis: SyncRedis, queue_name: str
 ) -> None:
     await redis.set(f"{queue_name}:s", b"\xff\x00")
-    raw = await snapshot(redis)
-    assert await snapshot(redis_decoded) == raw
-    assert snapshot_sync(sync_redis) == raw
+    mine = f"{queue_name}:*"  # keys of earlier tests (with TTLs) may expire meanwhile
+    raw = await snapshot(redis, mine)
+    assert raw
+    assert await snapshot(redis_decoded, mine) == raw
+    assert snapshot_sync(sync_redis, mine) == raw
 
 
 async def test_wait_for_returns_first_truthy_result() -> None:

@@ -337,11 +337,12 @@ async def test_change_priority_paused_writes_no_marker(
 
 async def test_change_priority_validation(redis: Redis, q: Queue) -> None:
     job = await q.add("a")
-    snap = await snapshot(redis)
+    mine = f"bull:{q.name}:*"
+    snap = await snapshot(redis, mine)
     for bad in (-1, 2**21, 1.5, True):
         with pytest.raises(ValidationError, match="priority"):
             await job.change_priority(bad)  # type: ignore[arg-type]
-    assert await snapshot(redis) == snap
+    assert await snapshot(redis, mine) == snap
 
 
 # -- change_delay --------------------------------------------------------------------------
