@@ -42,6 +42,7 @@ FUNCTIONS = [
     "get_job_counts",
     "get_job_logs",
     "get_jobs",
+    "get_metrics",
     "get_state",
     "get_workers",
     "is_paused",

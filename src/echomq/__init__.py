@@ -60,6 +60,8 @@ from .events import (
 from .job import Job, JobData, JobState, ParentRef
 from .options import UNSET, Backoff, JobOptions, KeepJobs, Limiter, WorkerOptions
 from .queue import (
+    Metrics,
+    MetricsMeta,
     Queue,
     add,
     add_bulk,
@@ -70,6 +72,7 @@ from .queue import (
     get_job_counts,
     get_job_logs,
     get_jobs,
+    get_metrics,
     get_state,
     get_workers,
     is_paused,
@@ -120,6 +123,8 @@ __all__ = [
     "LockError",
     "LockMismatchError",
     "LockMissingError",
+    "Metrics",
+    "MetricsMeta",
     "ParentCannotBeReplacedError",
     "ParentNotFoundError",
     "ParentRef",
@@ -158,6 +163,7 @@ __all__ = [
     "get_job_counts",
     "get_job_logs",
     "get_jobs",
+    "get_metrics",
     "get_state",
     "get_workers",
     "is_paused",

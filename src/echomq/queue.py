@@ -19,6 +19,8 @@ from . import ops
 from ._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from .job import Job, JobData, JobState, ms_to_datetime
 from .ops import BulkItem as BulkItem
+from .ops import Metrics as Metrics
+from .ops import MetricsMeta as MetricsMeta
 from .ops import prepare_bulk as prepare_bulk
 from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
 from .protocol import fields
@@ -289,6 +291,29 @@ async def get_job_logs(
     return await _run(connection, op)
 
 
+async def get_metrics(
+    queue: str,
+    kind: str = "completed",
+    start: int = 0,
+    end: int = -1,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> Metrics:
+    """The per-minute metrics workers with ``metrics_max_data_points`` write (as BullMQ's
+    ``Queue.getMetrics``; BullMQ workers write the same keys).
+
+    Args:
+        queue: the queue name.
+        kind: ``"completed"`` or ``"failed"``.
+        start: first data point (0 = the most recent minute).
+        end: last data point (``-1``: to the oldest).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        prefix: the key prefix.
+    """
+    return await _run(connection, ops.get_metrics(queue_keys(queue, prefix), kind, start, end))
+
+
 async def is_paused(
     queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
 ) -> bool:
@@ -466,6 +491,10 @@ class Queue(QueueBase):
         """A slice of a job's log lines and their total. See :func:`get_job_logs`."""
         op = ops.get_logs(self._keys, job_id, start, end, asc)
         return await self._conn.run(op)
+
+    async def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
+        """Per-minute finish counts of the queue's workers. See :func:`get_metrics`."""
+        return await self._conn.run(ops.get_metrics(self._keys, kind, start, end))
 
     async def is_paused(self) -> bool:
         """Whether the queue is globally paused."""

@@ -445,3 +445,44 @@ async def test_mixed_fleet_completes_every_job_once(peer: NodePeer, redis: Redis
         assert json.loads(h["returnvalue"]) == {"i": i}
         assert (h["atm"], h["ats"]) == ("1", "1")
         assert job_id in by_worker[h["pb"]]
+
+
+async def test_metrics_read_the_same_from_both_sides(peer: NodePeer, redis: Redis) -> None:
+    """Node and Python workers write the same metrics keys; both getMetrics read them alike."""
+
+    def as_node(m: echomq.Metrics) -> dict[str, Any]:
+        meta = {"count": m.meta.count, "prevTS": m.meta.prev_ts, "prevCount": m.meta.prev_count}
+        return {"meta": meta, "data": m.data, "count": m.count}
+
+    await peer.add_many([{"name": "n", "data": {"i": i}} for i in range(3)], bulk=True)
+    report = await peer.work(
+        count=3, behaviour={"*": {"return": 1}}, metrics={"maxDataPoints": 10}, **NODE_FAST
+    )
+    assert report["reason"] == "count", report
+    await echomq.add_bulk(peer.queue, [("p", {}) for _ in range(2)], connection=redis)
+
+    async def ok(job: Job) -> int:
+        return 1
+
+    async with Worker(peer.queue, ok, connection=redis, metrics_max_data_points=10, **FAST):
+        await wait_final(redis, peer.queue, 5, timeout=20)
+    # move the last boundary 3 minutes back: the next finish closes the minute that held
+    # jobs 2..5 (4 of them) and two empty minutes since, newest first
+    metrics_key = key(peer.queue, "metrics:completed")
+    prev_ts = int(await redis.hget(metrics_key, "prevTS") or 0)
+    await redis.hset(metrics_key, mapping={"prevTS": prev_ts - 3 * 60_000, "prevCount": 1})
+    await echomq.add(peer.queue, "last", {}, connection=redis)
+    async with Worker(peer.queue, ok, connection=redis, metrics_max_data_points=10, **FAST):
+        await wait_final(redis, peer.queue, 6, timeout=20)
+
+    for kind in ("completed", "failed"):
+        ours = await echomq.get_metrics(peer.queue, kind, connection=redis)
+        node = await peer.call("queueMethod", method="getMetrics", args=[kind, 0, -1])
+        assert node == as_node(ours), (kind, node, ours)
+    ours = await echomq.get_metrics(peer.queue, connection=redis)
+    assert (ours.meta.count, ours.meta.prev_count) == (6, 5)
+    assert (ours.data, ours.count) == ([0, 0, 4], 3)
+    window = await peer.call("queueMethod", method="getMetrics", args=["completed", 1, 1])
+    assert window == as_node(
+        await echomq.get_metrics(peer.queue, "completed", 1, 1, connection=redis)
+    )

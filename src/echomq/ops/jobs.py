@@ -9,6 +9,7 @@ job model (which binds its methods to these builders).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
@@ -248,6 +249,74 @@ def get_logs(
         return lines, int(replies[1])
 
     return CommandOp([lrange, ("LLEN", key)], parse)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsMeta:
+    """The running totals of a metrics hash (BullMQ's ``meta``).
+
+    Attributes:
+        count: jobs finished (completed or failed) since metrics were first collected.
+        prev_ts: epoch ms of the last minute boundary the collector rolled over (internal).
+        prev_count: ``count`` at that boundary (internal).
+    """
+
+    count: int
+    prev_ts: int
+    prev_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """Per-minute finish counts written by workers with metrics enabled (BullMQ's layout).
+
+    Attributes:
+        meta: the running totals.
+        data: jobs finished per minute, the most recent minute first (the requested slice).
+        count: how many data points are stored in all.
+    """
+
+    meta: MetricsMeta
+    data: list[int]
+    count: int
+
+
+#: The kinds of metrics workers collect.
+METRIC_TYPES = ("completed", "failed")
+
+
+def _int_or_zero(value: Any) -> int:
+    """A stored number as int; 0 when missing or not a number (as Node's ``+x || 0``)."""
+    if value is None:
+        return 0
+    try:
+        return int(float(to_str(value)))
+    except ValueError:
+        return 0
+
+
+def get_metrics(keys: QueueKeys, kind: str, start: int = 0, end: int = -1) -> CommandOp[Metrics]:
+    """The ``completed`` or ``failed`` metrics of a queue: totals and a slice of the data."""
+    if kind not in METRIC_TYPES:
+        raise ValidationError(f"metrics type must be 'completed' or 'failed', got {kind!r}")
+    _check_range(start, end)
+    key = keys.metrics_completed if kind == "completed" else keys.metrics_failed
+    data_key = key + ":data"
+
+    def parse(replies: list[Any]) -> Metrics:
+        meta, data, length = replies
+        count, prev_ts, prev_count = (_int_or_zero(v) for v in meta)
+        points = [_int_or_zero(point) for point in data or ()]
+        return Metrics(MetricsMeta(count, prev_ts, prev_count), points, int(length))
+
+    return CommandOp(
+        [
+            ("HMGET", key, "count", "prevTS", "prevCount"),
+            ("LRANGE", data_key, start, end),
+            ("LLEN", data_key),
+        ],
+        parse,
+    )
 
 
 def is_paused(keys: QueueKeys) -> CommandOp[bool]:

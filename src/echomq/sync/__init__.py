@@ -29,7 +29,7 @@ from typing_extensions import Unpack
 from .. import ops
 from .._connection import SyncConnection
 from ..job import JobState
-from ..ops import BulkItem
+from ..ops import BulkItem, Metrics
 from ..options import UNSET, Duration, JobOptionsDict
 from ..protocol.keys import DEFAULT_PREFIX
 from ._job import Job
@@ -47,6 +47,7 @@ __all__ = [
     "get_job_counts",
     "get_job_logs",
     "get_jobs",
+    "get_metrics",
     "get_state",
     "get_workers",
     "is_paused",
@@ -151,6 +152,20 @@ def get_job_logs(
     """Sync twin of :func:`echomq.get_job_logs`."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.get_job_logs(job_id, start, end, asc)
+
+
+def get_metrics(
+    queue: str,
+    kind: str = "completed",
+    start: int = 0,
+    end: int = -1,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> Metrics:
+    """Sync twin of :func:`echomq.get_metrics`."""
+    with Queue(queue, connection=connection, prefix=prefix) as q:
+        return q.get_metrics(kind, start, end)
 
 
 def is_paused(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> bool:

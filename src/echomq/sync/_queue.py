@@ -16,7 +16,7 @@ from typing_extensions import Unpack
 from .. import ops
 from .._connection import SyncConn, SyncConnection
 from ..job import JobState
-from ..ops import BulkItem
+from ..ops import BulkItem, Metrics
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict
 from ..protocol.keys import DEFAULT_PREFIX
 from ..queue import QueueBase, job_from_prepared
@@ -136,6 +136,10 @@ class Queue(QueueBase):
     ) -> tuple[list[str], int]:
         """Sync twin of :meth:`echomq.Queue.get_job_logs`."""
         return self._run(ops.get_logs(self._keys, job_id, start, end, asc))
+
+    def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
+        """Sync twin of :meth:`echomq.Queue.get_metrics`."""
+        return self._run(ops.get_metrics(self._keys, kind, start, end))
 
     def is_paused(self) -> bool:
         """Sync twin of :meth:`echomq.Queue.is_paused`."""
