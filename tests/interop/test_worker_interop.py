@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -486,3 +487,90 @@ async def test_metrics_read_the_same_from_both_sides(peer: NodePeer, redis: Redi
     assert window == as_node(
         await echomq.get_metrics(peer.queue, "completed", 1, 1, connection=redis)
     )
+
+
+# -- job schedulers created by BullMQ ----------------------------------------------------------
+
+
+async def upsert_every(peer: NodePeer, scheduler: str, every_ms: int) -> None:
+    template = {"name": "tick", "data": {"x": 1}, "opts": {"attempts": 2}}
+    await peer.call(
+        "queueMethod", method="upsertJobScheduler", args=[scheduler, {"every": every_ms}, template]
+    )
+
+
+async def scheduler_state(r: Redis, queue: str, scheduler: str) -> tuple[int, dict[str, str]]:
+    """(score of the scheduler's current iteration, the iteration's hash)."""
+    score = int(await r.zscore(key(queue, "repeat"), scheduler) or 0)
+    return score, await hash_of(r, queue, f"repeat:{scheduler}:{score}")
+
+
+def iteration_view(h: dict[str, str], score: int) -> dict[str, Any]:
+    """An iteration hash with its clock-dependent values replaced by what they must equal."""
+    opts = json.loads(h["opts"])
+    assert opts.pop("jobId") == f"repeat:s-every:{score}"
+    assert int(opts.pop("delay")) == int(h["delay"]) == score - int(h["timestamp"])
+    assert int(opts.pop("timestamp")) == int(h["timestamp"])
+    rest = {k: v for k, v in h.items() if k not in ("opts", "delay", "timestamp")}
+    return {**rest, "opts": opts}
+
+
+async def test_every_scheduler_continues_on_python_and_node_workers_alike(
+    peer: NodePeer, twin: NodePeer, redis: Redis
+) -> None:
+    """An iteration taken by a Python worker creates the next one exactly as a Node worker does;
+    and a Node worker continues from the iteration Python created."""
+    every = 3_600_000  # the first iteration runs now, the second an hour later
+    for side in (peer, twin):
+        await upsert_every(side, "s-every", every)
+
+    async def ok(job: Job) -> str:
+        return "tick"
+
+    async with Worker(peer.queue, ok, connection=redis, **FAST):
+        await wait_final(redis, peer.queue, 1)
+    report = await twin.work(count=1, behaviour={"*": {"return": "tick"}}, **NODE_FAST)
+    assert report["reason"] == "count", report
+
+    py_score, py_next = await scheduler_state(redis, peer.queue, "s-every")
+    node_score, node_next = await scheduler_state(redis, twin.queue, "s-every")
+    assert py_next and node_next
+    assert iteration_view(py_next, py_score) == iteration_view(node_next, node_score)
+    assert json.loads(py_next["opts"])["repeat"] == {"every": every, "count": 2}
+    for q, score in ((peer.queue, py_score), (twin.queue, node_score)):
+        assert await redis.hget(key(q, "repeat:s-every"), "ic") == b"2"
+        assert await redis.zscore(key(q, "delayed"), f"repeat:s-every:{score}") is not None
+    events = [f[b"event"] for _, f in await redis.xrange(key(peer.queue, "events"))][-4:]
+    node_events = [f[b"event"] for _, f in await redis.xrange(key(twin.queue, "events"))][-4:]
+    assert events == node_events
+
+    # A Node worker takes the iteration Python created (promoted to run now) and goes on.
+    await peer.call("jobMethod", id=f"repeat:s-every:{py_score}", method="promote")
+    report = await peer.work(count=1, behaviour={"*": {"return": "tick"}}, **NODE_FAST)
+    assert report["reason"] == "count", report
+    third_score, third = await scheduler_state(redis, peer.queue, "s-every")
+    assert third_score == py_score + every
+    assert json.loads(third["opts"])["repeat"] == {"every": every, "count": 3}
+    assert await redis.hget(key(peer.queue, "repeat:s-every"), "ic") == b"3"
+
+
+async def test_cron_scheduler_iterations_run_with_a_warning_and_no_next_one(
+    peer: NodePeer, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="echomq")
+    await peer.call(
+        "queueMethod",
+        method="upsertJobScheduler",
+        args=["s-cron", {"pattern": "0 0 1 1 *", "immediately": True}, {"name": "yearly"}],
+    )
+    ran: list[str] = []
+
+    async def run(job: Job) -> None:
+        ran.append(job.id)
+
+    async with Worker(peer.queue, run, connection=redis, **FAST):
+        await wait_final(redis, peer.queue, 1)
+    assert len(ran) == 1 and ran[0].startswith("repeat:s-cron:")
+    assert await redis.hget(key(peer.queue, "repeat:s-cron"), "ic") == b"1"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("cron job scheduler s-cron" in m and "BullMQ worker" in m for m in warnings)

@@ -171,3 +171,16 @@ def move_job_from_active_to_wait(keys: QueueKeys, job_id: str, token: str) -> Sc
         [keys.base, job_id, token],
         lambda reply: int(reply),
     )
+
+
+def continue_scheduler(
+    keys: QueueKeys, scheduler_id: str, producer_id: str, next_opts: dict[str, Any], now: int
+) -> ScriptOp[str | None]:
+    """Create the next iteration of an every-scheduler whose iteration ``producer_id`` was taken
+    (ADVANCED.md 3.7); the reply parses to the new iteration's id, or None if none was made."""
+    return ScriptOp(
+        scripts.get("continueScheduler"),
+        [keys.base],
+        [scheduler_id, producer_id, fields.dumps(next_opts, "job options"), now],
+        lambda reply: to_str(reply) or None,
+    )

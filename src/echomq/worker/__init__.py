@@ -36,6 +36,7 @@ from ._backoff import BackoffStrategy
 from ._execute import JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
 from ._locks import LockRenewer
+from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
 
 __all__ = ["BackoffStrategy", "Processor", "Worker"]
@@ -92,6 +93,7 @@ class Worker:
         self._processor = processor
         self._backoff_strategy = backoff_strategy
         self._conn = AsyncConn(connection, pipelined=True)
+        self._schedulers = SchedulerContinuer(self._keys, self._conn)
         check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
         self._token_counter = 0
@@ -372,6 +374,8 @@ class Worker:
         while job is not None:
             token = job._token or ""
             started = time.monotonic()
+            if job.repeat_job_key:  # an iteration of a job scheduler: create the next one first
+                await self._schedulers.on_taken(job)
             try:
                 outcome = await self._runner.run(job, token)
             except asyncio.CancelledError:
