@@ -26,11 +26,10 @@
   else wait (LPUSH, or RPUSH for lifo). `id` is INCRed on every call, as Node does.
 ]]
 --@include "common"
+--@include "enqueue"
 
 local base = KEYS[1]
-local k_wait, k_meta, k_id = base .. "wait", base .. "meta", base .. "id"
-local k_delayed, k_prioritized, k_active = base .. "delayed", base .. "prioritized", base .. "active"
-local k_events, k_marker, k_pc = base .. "events", base .. "marker", base .. "pc"
+local k_meta, k_id, k_events = base .. "meta", base .. "id", base .. "events"
 local max_len = nil
 local blocked = nil -- paused or maxed; adds cannot change it, so it is read once per call
 
@@ -69,29 +68,8 @@ local function add_one(o)
   end
   redis.call("XADD", k_events, "*", "event", "added", "jobId", job_id, "name", name)
 
-  if delay > 0 then
-    local due = tonumber(ts) + delay
-    redis.call("ZADD", k_delayed, score_str(delayed_score(k_delayed, due)), job_id)
-    redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "delayed",
-      "jobId", job_id, "delay", int_str(due))
-    refresh_delay_marker(k_marker, k_delayed)
-  else
-    if priority > 0 then
-      add_prioritized(k_prioritized, k_pc, priority, job_id)
-    elseif ARGV[o + 8] == "1" then
-      redis.call("RPUSH", k_wait, job_id)
-    else
-      redis.call("LPUSH", k_wait, job_id)
-    end
-    if blocked == nil then
-      blocked = paused_or_maxed(k_meta, k_active)
-    end
-    if not blocked then
-      add_base_marker(k_marker)
-    end
-    redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "waiting",
-      "jobId", job_id)
-  end
+  blocked = enqueue_job(base, job_id, delay, tonumber(ts) + delay, priority, ARGV[o + 8] == "1",
+    max_len, blocked)
 
   if parent_key ~= "" then
     redis.call("SADD", parent_key .. ":dependencies", job_key)

@@ -17,6 +17,7 @@
   or the next iteration exists already (a `duplicated` event is written then).
 ]]
 --@include "common"
+--@include "enqueue"
 
 local base = KEYS[1]
 local scheduler_id, producer_id, now = ARGV[1], ARGV[2], tonumber(ARGV[4])
@@ -80,24 +81,6 @@ redis.call("HSET", job_key, "name", name, "data", s[4] or "{}", "opts", cjson.en
   "rjk", scheduler_id)
 redis.call("XADD", k_events, "*", "event", "added", "jobId", job_id, "name", name)
 
-if delay > 0 then
-  local k_delayed = base .. "delayed"
-  redis.call("ZADD", k_delayed, score_str(delayed_score(k_delayed, next_ms)), job_id)
-  redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "delayed",
-    "jobId", job_id, "delay", int_str(next_ms))
-  refresh_delay_marker(base .. "marker", k_delayed)
-else
-  if priority > 0 then
-    add_prioritized(base .. "prioritized", base .. "pc", priority, job_id)
-  elseif opts["lifo"] then
-    redis.call("RPUSH", base .. "wait", job_id)
-  else
-    redis.call("LPUSH", base .. "wait", job_id)
-  end
-  if not paused_or_maxed(k_meta, base .. "active") then
-    add_base_marker(base .. "marker")
-  end
-  redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "waiting",
-    "jobId", job_id)
-end
+enqueue_job(base, job_id, delay, next_ms, priority, opts["lifo"] and true or false, max_len,
+  nil)
 return job_id

@@ -6,7 +6,8 @@
 
   KEYS[1]  base key "P:Q:"; every key used is derived from it (wait, active, prioritized,
            events, stalled, limiter, delayed, meta, pc, marker, completed, failed,
-           metrics:completed, metrics:failed, and job keys), so one hash tag covers them all
+           metrics:completed, metrics:failed, de:<id> and dn:<id> of deduplication, and job
+           keys), so one hash tag covers them all
 
   ARGV[1]  now (ms)
   ARGV[2]  items: JSON array of arrays
@@ -31,6 +32,7 @@
     taken: flat {id, token, HGETALL, ...}
 ]]
 --@include "common"
+--@include "enqueue"
 --@include "job_keys"
 --@include "parent"
 --@include "fetch"
@@ -127,6 +129,56 @@ local function release_dedup_key(job_id, dedup_id)
   end
 end
 
+-- keepLastIfActive (ADVANCED.md 2.4): the add that arrived while the finishing job was active
+-- waits in `dn:<id>`; it becomes a job now, owning the dedup key.
+local function add_deduplicated_next(dedup_id, max_len)
+  local next_key = base .. "dn:" .. dedup_id
+  local n = redis.call("HMGET", next_key, "name", "data", "opts", "pk", "pd", "pdk", "rjk", "jid")
+  if not n[1] and not n[3] then
+    return
+  end
+  local counter = redis.call("INCR", base .. "id")
+  local job_id = n[8] or int_str(counter)
+  local job_key = base .. job_id
+  local ok, opts = pcall(cjson.decode, n[3] or "{}")
+  if not ok or type(opts) ~= "table" then
+    opts = {}
+  end
+  local de = type(opts["de"]) == "table" and opts["de"] or {}
+  local ttl = tonumber(de["ttl"])
+  if de["keepLastIfActive"] or not ttl or ttl <= 0 then
+    redis.call("SET", base .. "de:" .. dedup_id, job_id)
+  else
+    redis.call("SET", base .. "de:" .. dedup_id, job_id, "PX", math.floor(ttl))
+  end
+  local delay = math.max(0, math.floor(tonumber(opts["delay"]) or 0))
+  local priority = math.floor(tonumber(opts["priority"]) or 0)
+  local fields = {"name", n[1] or "", "data", n[2] or "{}", "opts", n[3] or "{}",
+    "timestamp", int_str(now), "delay", int_str(delay), "priority", int_str(priority)}
+  if n[4] then
+    fields[#fields + 1] = "parentKey"
+    fields[#fields + 1] = n[4]
+  end
+  if n[5] then
+    fields[#fields + 1] = "parent"
+    fields[#fields + 1] = n[5]
+  end
+  if n[7] then
+    fields[#fields + 1] = "rjk"
+    fields[#fields + 1] = n[7]
+  end
+  fields[#fields + 1] = "deid"
+  fields[#fields + 1] = dedup_id
+  redis.call("HSET", job_key, unpack(fields))
+  redis.call("XADD", k.events, "*", "event", "added", "jobId", job_id, "name", n[1] or "")
+  enqueue_job(base, job_id, delay, now + delay, priority, opts["lifo"] and true or false,
+    max_len, nil)
+  if n[6] then
+    redis.call("SADD", n[6], job_key)
+  end
+  redis.call("DEL", next_key)
+end
+
 local function finish(item, job_id, job_key, completed, max_len)
   local value = item[4]
   local attempts = tonumber(item[5]) or 0
@@ -134,6 +186,7 @@ local function finish(item, job_id, job_key, completed, max_len)
   local linked = redis.call("HMGET", job_key, "parentKey", "parent", "deid")
   if linked[3] then
     release_dedup_key(job_id, linked[3])
+    add_deduplicated_next(linked[3], max_len)
   end
   if linked[1] then
     if completed then
