@@ -374,9 +374,9 @@ class Worker:
         while job is not None:
             token = job._token or ""
             started = time.monotonic()
-            if job.repeat_job_key:  # an iteration of a job scheduler: create the next one first
-                await self._schedulers.on_taken(job)
             try:
+                if job.repeat_job_key:  # an iteration of a job scheduler: make the next one first
+                    await self._schedulers.on_taken(job)
                 outcome = await self._runner.run(job, token)
             except asyncio.CancelledError:
                 self._running.pop(token, None)
