@@ -221,3 +221,30 @@ async def test_a_channel_used_from_a_new_event_loop_reconnects_instead_of_hangin
     assert await asyncio.to_thread(two_loops) == [b"first", b"second"]
     await client.aclose()
     gc.collect()  # the first loop's transport: its __del__ closes the socket (with a warning)
+
+
+async def test_keep_open_reopens_a_lost_connection_without_a_call(
+    redis_url: str, redis: AsyncRedis
+) -> None:
+    client = AsyncRedis.from_url(redis_url, client_name=NAME)
+    channel = open_channel(client, keep_open=True)
+    assert channel is not None
+    try:
+        await channel.call(("PING",))
+        (victim,) = await channel_clients(redis)
+        await redis.client_kill_filter(_id=victim["id"])
+
+        async def reopened() -> bool:
+            now = await channel_clients(redis)
+            return len(now) == 1 and now[0]["id"] != victim["id"]
+
+        for _ in range(200):
+            if await reopened():
+                break
+            await asyncio.sleep(0.01)
+        assert await reopened(), "the connection was not reopened"
+    finally:
+        await channel.aclose()
+        await client.aclose()
+    await asyncio.sleep(0.05)
+    assert await channel_clients(redis) == []  # closed for good: nothing reopens it

@@ -189,11 +189,40 @@ async def test_killed_connections_while_busy(
             queue_name, [("more", {}) for _ in range(4)], connection=tester
         )
         await completed(tester, queue_name, 5)
-        # the blocking connection reconnects when the worker next waits (idle again now)
         await wait_for(lambda: blocked_in_bzpopmin(tester, queue_name), timeout=5)
     await assert_completed_once(tester, queue_name, [busy.id, *(j.id for j in more)])
     assert sorted(rec.runs) == sorted([busy.id, *(j.id for j in more)])
     assert warnings_of(caplog), "killing the worker's connections was not logged"
+
+
+async def test_a_busy_worker_stays_listed_after_its_blocking_connection_is_killed(
+    server: RedisServer, tester: Redis, queue_name: str
+) -> None:
+    """The named blocking connection is reopened at once, not when the worker next idles, so
+    getWorkers keeps listing a worker that is busy for a long time."""
+    rec = Recorder()
+    rec.gate.clear()
+    busy = await echomq.add(queue_name, "busy", {}, connection=tester)
+    async with Worker(queue_name, rec, connection=server.url, name=WORKER, **FAST):
+        await asyncio.wait_for(rec.started.wait(), 5)  # concurrency 1: no more waits on the marker
+        victim = await blocking_client(tester, queue_name)
+        assert victim is not None
+        assert await tester.client_kill_filter(_id=victim["id"]) == 1
+
+        async def listed_again() -> bool:
+            names = [w["rawname"] for w in await echomq.get_workers(queue_name, connection=tester)]
+            now = await blocking_client(tester, queue_name)
+            return (
+                names == [blocking_name(queue_name)]
+                and now is not None
+                and (now["id"] != victim["id"])
+            )
+
+        await wait_for(listed_again, timeout=5, message="the busy worker was not listed again")
+        assert await tester.zcard(f"bull:{queue_name}:completed") == 0, "still busy"
+        rec.gate.set()
+        await completed(tester, queue_name, 1)
+    await assert_completed_once(tester, queue_name, [busy.id])
 
 
 # -- server restart ----------------------------------------------------------------------------

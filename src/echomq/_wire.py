@@ -27,13 +27,14 @@ import collections
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
 import redis.asyncio
 import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, NoScriptError, ResponseError
+from redis.exceptions import InvalidResponse, NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 try:  # redis-py's own error-reply parser, so error classes match its other paths
@@ -57,9 +58,15 @@ class _Wire(asyncio.Protocol):
     """The transport's protocol: feeds bytes to hiredis and resolves waiters in order."""
 
     def __init__(
-        self, transport: asyncio.WriteTransport, keep: object, encoding: str | None, errors: str
+        self,
+        transport: asyncio.WriteTransport,
+        keep: object,
+        encoding: str | None,
+        errors: str,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.transport = transport
+        self._on_lost = on_lost  # told when the server or the network closed the connection
         self._keep = keep  # the handshake's StreamWriter: its __del__ would close the transport
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         options: dict[str, Any] = {
@@ -101,12 +108,15 @@ class _Wire(asyncio.Protocol):
         return False  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.lost:  # not closed by us
+        unexpected = not self.lost  # not closed by us
+        if unexpected:
             logger.warning(
                 "connection to Redis lost (%s); the next call opens a new one",
                 exc or "closed by the server",
             )
         self._drop(RedisConnectionError(f"connection to Redis lost: {exc or 'closed by server'}"))
+        if unexpected and self._on_lost is not None:
+            self._on_lost()
 
     def fail(self, error: Exception) -> None:
         """Fail every pending call and close the transport."""
@@ -144,11 +154,16 @@ class Channel:
 
     __slots__ = (
         *("__weakref__", "_client", "_holder", "_lock", "_lock_loop"),
-        *("_timeout", "_encoding", "_errors"),
+        *("_timeout", "_encoding", "_errors", "_keep_open", "_reopening", "_closed"),
     )
 
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: redis.asyncio.Redis, *, keep_open: bool = False) -> None:
         self._client = client
+        # keep_open: reopen a lost connection at once rather than at the next call, so a
+        # worker's named blocking connection stays visible to getWorkers while it is busy.
+        self._keep_open = keep_open
+        self._reopening: asyncio.Task[None] | None = None
+        self._closed = False
         kwargs = client.connection_pool.connection_kwargs
         self._timeout: float | None = kwargs.get("socket_timeout")
         decode = kwargs.get("decode_responses", False)
@@ -200,7 +215,8 @@ class Channel:
             # The connection object lets go of the socket; from here the Channel owns it.
             connection._writer = connection._reader = None
             transport = writer.transport
-            wire = _Wire(transport, writer, self._encoding, self._errors)
+            on_lost = _weak_call(self._reopen_soon) if self._keep_open else None
+            wire = _Wire(transport, writer, self._encoding, self._errors, on_lost)
             transport.set_protocol(wire)
             if transport.is_closing():  # closed during the handshake's last read
                 wire.lost = True
@@ -208,14 +224,57 @@ class Channel:
             self._holder[0] = wire
             return wire
 
+    def _reopen_soon(self) -> None:
+        if self._closed or (self._reopening is not None and not self._reopening.done()):
+            return
+        self._reopening = asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        """Reconnect until it works or the channel is closed (backing off 50 ms to 5 s)."""
+        delay = 0.05
+        while not self._closed:
+            try:
+                await self._connect(asyncio.get_running_loop())
+                return
+            except (RedisError, OSError) as exc:
+                logger.debug("reopening a connection to Redis failed (%s); retrying", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def aclose(self) -> None:
-        """Close the connection (a later :meth:`call` opens a new one)."""
+        """Close the connection and stop reopening it (a later :meth:`call` still opens a
+        new one)."""
+        self._closed = True
+        reopening, self._reopening = self._reopening, None
+        if reopening is not None and not reopening.done():
+            reopening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reopening
         _close_wire(self._holder)
         await asyncio.sleep(0)  # let the transport finish closing
 
 
-def open_channel(client: redis.asyncio.Redis) -> Channel | None:
-    """A Channel mirroring ``client``, or None when its settings cannot be mirrored."""
+def _weak_call(method: Callable[[], None]) -> Callable[[], None]:
+    """``method`` without keeping its object alive (a lost connection must not pin a Channel
+    that nobody uses any more)."""
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
+
+
+def open_channel(client: redis.asyncio.Redis, *, keep_open: bool = False) -> Channel | None:
+    """A Channel mirroring ``client``, or None when its settings cannot be mirrored.
+
+    Args:
+        client: the client whose settings the channel's connection takes.
+        keep_open: reopen the connection as soon as it is lost (for a named blocking
+            connection that must stay listed), not only at the next call.
+    """
     pool = getattr(client, "connection_pool", None)
     if pool is None or getattr(client, "single_connection_client", True):
         return None  # Redis Cluster, or a client asked to use one connection only
@@ -223,4 +282,4 @@ def open_channel(client: redis.asyncio.Redis) -> Channel | None:
         return None
     if str(pool.connection_kwargs.get("protocol") or 2) != "2":
         return None  # RESP3 may carry push messages between replies
-    return Channel(client)
+    return Channel(client, keep_open=keep_open)

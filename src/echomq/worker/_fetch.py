@@ -29,7 +29,9 @@ class MarkerWaiter:
         self._keys = keys
         self._client = client
         # The connection blocks for nobody else, so a channel of its own carries the BZPOPMIN.
-        self._channel = open_channel(client)
+        # It is reopened as soon as it is lost: the connection's name is how getWorkers (ours
+        # and BullMQ's) lists this worker, also while it is too busy to wait on the marker.
+        self._channel = open_channel(client, keep_open=True)
         self._drain_delay = drain_delay
 
     async def wait(self, next_delayed_ms: int = 0) -> None:
