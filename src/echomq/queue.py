@@ -2,69 +2,35 @@
 
 A queue name is a coordinate, not a container: ``await add("emails", "send", data,
 connection=redis)`` writes the job with one script call and keeps nothing in memory. ``Queue``
-only remembers a name, a prefix, a connection and default job options.
+(defined in ``_queue``, re-exported here) only remembers a name, a prefix, a connection and
+default job options.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar
 
 from typing_extensions import Unpack
 
 from . import ops
-from ._connection import AsyncConn, AsyncConnection, check_cluster_keys
-from .job import Job, JobData, JobState, ms_to_datetime
+from ._connection import AsyncConn, AsyncConnection
+from ._queue import Queue as Queue
+from ._queue import QueueBase as QueueBase
+from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
+from ._queue import job_from_prepared as job_from_prepared
+from .job import Job, JobData, JobState
 from .ops import BulkItem as BulkItem
 from .ops import Metrics as Metrics
 from .ops import MetricsMeta as MetricsMeta
 from .ops import prepare_bulk as prepare_bulk
-from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
-from .protocol import fields
-from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
+from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
+from .protocol.keys import DEFAULT_PREFIX, queue_keys
 
 T = TypeVar("T")
 JobT = TypeVar("JobT", bound=JobData)
-
-
-def job_from_prepared(cls: type[JobT], job_id: str, p: ops.PreparedJob, queue_name: str) -> JobT:
-    """An unbound job of ``cls`` for ``p``, just added as ``job_id`` (shared with the sync API)."""
-    return cls(
-        id=job_id,
-        name=p.name,
-        data=p.data,
-        queue_name=queue_name,
-        timestamp=ms_to_datetime(p.timestamp_ms),  # type: ignore[arg-type]
-        delay=p.delay_ms / 1000,
-        priority=p.priority,
-        wire_options=fields.loads(p.opts_json),
-    )
-
-
-def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: AsyncConn) -> Job:
-    job = job_from_prepared(Job, job_id, p, keys.name)
-    job._keys = keys
-    job._conn = conn
-    return job
-
-
-async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
-    prepared = ops.prepare_job(name, data, options)
-    job_id = await conn.run(ops.add_job(keys, prepared))
-    return _job_from_prepared(job_id, prepared, keys, conn)
-
-
-async def _add_bulk(
-    conn: AsyncConn, keys: QueueKeys, items: Iterable[BulkItem], defaults: JobOptions
-) -> list[Job]:
-    prepared = prepare_bulk(items, defaults)
-    if not prepared:
-        return []
-    job_ids = await conn.run(ops.add_jobs(keys, prepared))
-    return [_job_from_prepared(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
 
 async def add(
@@ -142,11 +108,6 @@ async def get_job(
         return await _get_job(conn, keys, job_id)
 
 
-async def _get_job(conn: AsyncConn, keys: QueueKeys, job_id: str) -> Job | None:
-    h = await conn.run(ops.get_job_hash(keys, job_id))
-    return None if h is None else Job.from_hash(job_id, h, keys, conn)
-
-
 @contextlib.asynccontextmanager
 async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
     """The connection for one module-level call; a client opened from a URL is closed on exit.
@@ -164,23 +125,6 @@ async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
 async def _run(connection: AsyncConnection, op: ops.Op[T]) -> T:
     async with _connected(connection) as conn:
         return await conn.run(op)
-
-
-async def _get_jobs(
-    conn: AsyncConn,
-    keys: QueueKeys,
-    states: str | Iterable[str] | None,
-    start: int,
-    end: int,
-    asc: bool,
-) -> list[Job]:
-    types = ops.normalize_types(states, ops.DEFAULT_COUNT_TYPES)
-    pairs = await conn.run_plan(ops.get_jobs_plan(keys, types, start, end, asc))
-    return [Job.from_hash(i, h, keys, conn) for i, h in pairs]
-
-
-async def _resume(conn: AsyncConn, keys: QueueKeys) -> None:
-    await conn.run_plan(ops.resume_plan(keys))
 
 
 async def get_state(
@@ -360,211 +304,6 @@ async def trim_events(
 ) -> int:
     """Trim the events stream to about ``max_len`` entries; returns how many were deleted."""
     return await _run(connection, ops.trim_events(queue_keys(queue, prefix), max_len))
-
-
-class QueueBase:
-    """What the async and sync ``Queue`` share: a queue's keys and default job options.
-
-    Everything is validated here, before a connection is opened.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        prefix: str,
-        default_job_options: JobOptions | Mapping[str, Any] | None,
-        connection: object,
-    ) -> None:
-        self._keys = queue_keys(name, prefix)
-        self._defaults = coerce_options(default_job_options)
-        check_cluster_keys(connection, self._keys)
-
-    @property
-    def name(self) -> str:
-        """The queue name."""
-        return self._keys.name
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix."""
-        return self._keys.prefix
-
-    @property
-    def default_job_options(self) -> JobOptions:
-        """Options applied to every job added through this queue."""
-        return self._defaults
-
-
-class Queue(QueueBase):
-    """A convenience that remembers a queue's name, prefix, connection and default options.
-
-    It holds no job. ``async with Queue(...)`` or ``await queue.aclose()`` closes the
-    connection if the queue opened it from a URL; a client you pass is never closed.
-
-    Args:
-        name: the queue name (no ``:``).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
-        prefix: the key prefix.
-        default_job_options: options applied to every job added through this queue.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        connection: AsyncConnection,
-        prefix: str = DEFAULT_PREFIX,
-        default_job_options: JobOptions | Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(name, prefix, default_job_options, connection)
-        self._conn = AsyncConn(connection, pipelined=True)
-
-    async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
-        """Add one job; per-call options override the queue's defaults. See :func:`add`."""
-        merged = self._defaults.merged(JobOptions.build(options))
-        return await _add(self._conn, self._keys, name, data, merged)
-
-    async def add_bulk(self, jobs: Sequence[BulkItem]) -> list[Job]:
-        """Add many jobs in one MULTI/EXEC. See :func:`add_bulk`."""
-        return await _add_bulk(self._conn, self._keys, jobs, self._defaults)
-
-    async def get_job(self, job_id: str) -> Job | None:
-        """Read one job, or None when it does not exist."""
-        return await _get_job(self._conn, self._keys, job_id)
-
-    async def get_state(self, job_id: str) -> JobState:
-        """The state a job is in. See :func:`get_state`."""
-        state: str = await self._conn.run(ops.get_state(self._keys, job_id))
-        return JobState(state)
-
-    async def get_jobs(
-        self,
-        states: str | Iterable[str] | None = None,
-        start: int = 0,
-        end: int = -1,
-        asc: bool = False,
-    ) -> list[Job]:
-        """Read the jobs in some states, newest first unless ``asc``. See :func:`get_jobs`."""
-        return await _get_jobs(self._conn, self._keys, states, start, end, asc)
-
-    async def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Waiting jobs, next to run first."""
-        return await self.get_jobs("waiting", start, end, asc=True)
-
-    async def get_prioritized(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Prioritized jobs, next to run first."""
-        return await self.get_jobs("prioritized", start, end, asc=True)
-
-    async def get_delayed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Delayed jobs, soonest due first."""
-        return await self.get_jobs("delayed", start, end, asc=True)
-
-    async def get_active(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Active jobs, longest running first."""
-        return await self.get_jobs("active", start, end, asc=True)
-
-    async def get_completed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Completed jobs, most recently finished first."""
-        return await self.get_jobs("completed", start, end, asc=False)
-
-    async def get_failed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Failed jobs, most recently finished first."""
-        return await self.get_jobs("failed", start, end, asc=False)
-
-    async def get_waiting_children(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Parent jobs waiting for their children, oldest first."""
-        return await self.get_jobs("waiting-children", start, end, asc=True)
-
-    async def get_job_counts(self, *states: str) -> dict[str, int]:
-        """How many jobs each state holds. See :func:`get_job_counts`."""
-        types = ops.normalize_types(states or None, ops.DEFAULT_COUNT_TYPES)
-        return await self._conn.run(ops.get_counts(self._keys, types))
-
-    async def count(self) -> int:
-        """How many jobs have not started yet. See :func:`count`."""
-        counts = await self._conn.run(ops.get_counts(self._keys, ops.PENDING_TYPES))
-        return sum(counts.values())
-
-    async def get_job_logs(
-        self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
-    ) -> tuple[list[str], int]:
-        """A slice of a job's log lines and their total. See :func:`get_job_logs`."""
-        op = ops.get_logs(self._keys, job_id, start, end, asc)
-        return await self._conn.run(op)
-
-    async def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
-        """Per-minute finish counts of the queue's workers. See :func:`get_metrics`."""
-        return await self._conn.run(ops.get_metrics(self._keys, kind, start, end))
-
-    async def is_paused(self) -> bool:
-        """Whether the queue is globally paused."""
-        return await self._conn.run(ops.is_paused(self._keys))
-
-    async def pause(self) -> None:
-        """Pause the queue. See :func:`pause`."""
-        await self._conn.run(ops.pause_queue(self._keys, True))
-
-    async def resume(self) -> None:
-        """Resume the queue. See :func:`resume`."""
-        await _resume(self._conn, self._keys)
-
-    async def get_workers(self) -> list[dict[str, str]]:
-        """The connections of this queue's workers. See :func:`get_workers`."""
-        return await self._conn.run(ops.get_workers(self._keys))
-
-    async def trim_events(self, max_len: int) -> int:
-        """Trim the events stream to about ``max_len`` entries. See :func:`trim_events`."""
-        return await self._conn.run(ops.trim_events(self._keys, max_len))
-
-    async def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
-        """Delete one job (and by default its children). See :func:`remove`."""
-        op = ops.remove_job(self._keys, job_id, remove_children=remove_children)
-        return await self._conn.run(op)
-
-    async def drain(self, *, delayed: bool = False) -> None:
-        """Delete every job waiting to run. See :func:`drain`."""
-        await self._conn.run_plan(ops.drain_plan(self._keys, delayed=delayed))
-
-    async def clean(self, grace: Duration, limit: int = 0, state: str = "completed") -> list[str]:
-        """Delete jobs of ``state`` older than ``grace``. See :func:`clean`."""
-        plan = ops.clean_plan(self._keys, grace, limit, state)
-        return await self._conn.run_plan(plan)
-
-    async def obliterate(self, *, force: bool = False) -> None:
-        """Pause the queue and delete all of it. See :func:`obliterate`."""
-        await self._conn.run_plan(ops.obliterate_plan(self._keys, force=force))
-
-    async def retry_jobs(
-        self,
-        state: str = "failed",
-        count: int = ops.admin.BATCH,
-        timestamp: datetime | float | None = None,
-    ) -> None:
-        """Move failed (or completed) jobs back to wait. See :func:`retry_jobs`."""
-        plan = ops.retry_jobs_plan(self._keys, state, count, timestamp)
-        await self._conn.run_plan(plan)
-
-    async def promote_jobs(self, count: int = ops.admin.BATCH) -> None:
-        """Move every delayed job to wait now. See :func:`promote_jobs`."""
-        await self._conn.run_plan(ops.promote_jobs_plan(self._keys, count))
-
-    async def aclose(self) -> None:
-        """Close the connection if this queue opened it."""
-        await self._conn.aclose()
-
-    async def __aenter__(self) -> Queue:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"Queue({self.name!r}, prefix={self.prefix!r})"
 
 
 # -- queue-wide removal and moves ------------------------------------------------------------

@@ -15,11 +15,11 @@ from typing_extensions import Unpack
 
 from .. import ops
 from .._connection import SyncConn, SyncConnection
+from .._queue import QueueBase, job_from_prepared
 from ..job import JobState
 from ..ops import BulkItem, Metrics
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict
 from ..protocol.keys import DEFAULT_PREFIX
-from ..queue import QueueBase, job_from_prepared
 from ._job import Job
 
 T = TypeVar("T")
