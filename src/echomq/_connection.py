@@ -61,6 +61,16 @@ async def execute(client: redis.asyncio.Redis, command: tuple[Any, ...]) -> Any:
         await pool.release(conn)
 
 
+async def send(
+    client: redis.asyncio.Redis, channel: Channel | None, command: tuple[Any, ...]
+) -> Any:
+    """One command and its raw reply: on ``channel`` when there is one, else as :func:`execute`
+    does on ``client``."""
+    if channel is not None:
+        return await channel.call(command)
+    return await execute(client, command)
+
+
 def has_hash_tag(key: str) -> bool:
     """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
     start = key.find("{")

@@ -170,7 +170,7 @@ class Channel:
         self._encoding: str | None = kwargs.get("encoding", "utf-8") if decode else None
         self._errors: str = kwargs.get("encoding_errors", "strict")
         self._holder: list[_Wire | None] = [None]
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None  # made on first use, for that event loop
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         weakref.finalize(self, _close_wire, self._holder)
 
@@ -194,7 +194,7 @@ class Channel:
             ) from None
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Wire:
-        if self._lock_loop is not loop:  # an asyncio.Lock serves one event loop
+        if self._lock is None or self._lock_loop is not loop:  # a Lock serves one event loop
             self._lock, self._lock_loop = asyncio.Lock(), loop
         async with self._lock:
             wire = self._holder[0]

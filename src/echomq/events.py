@@ -34,7 +34,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ._connection import AsyncConn, AsyncConnection
+from ._connection import AsyncConn, AsyncConnection, send
 from ._event_types import (
     Active,
     Added,
@@ -341,9 +341,7 @@ class QueueEvents:
         """A command of the reader: on its channel when it has one (that connection carries
         nothing else, so a blocking XREAD holds up no one), else on its client."""
         reader = self._reader_client()
-        if self._reader_channel is not None:
-            return await self._reader_channel.call(command)
-        return await reader.execute_command(*command)  # type: ignore[no-untyped-call]
+        return await send(reader, self._reader_channel, command)
 
     def _deliver(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, entry in entries:

@@ -116,6 +116,19 @@ class JobData:
         kl = self.wire_options.get("kl")
         return kl if isinstance(kl, int) and not isinstance(kl, bool) and kl > 0 else None
 
+    def _retry_op(
+        self, keys: QueueKeys, state: str, attempts_made: bool, attempts_started: bool
+    ) -> ops.ScriptOp[None]:
+        """The script call of ``retry`` (shared by the async and sync Job)."""
+        return ops.reprocess_job(
+            keys,
+            self.id,
+            str(state),
+            lifo=self.wire_options.get("lifo") is True,
+            reset_attempts_made=attempts_made,
+            reset_attempts_started=attempts_started,
+        )
+
     def _reset_for_retry(self, attempts_made: bool, attempts_started: bool) -> None:
         """The local fields after a retry (Redis was updated the same way)."""
         self.finished_on = self.processed_on = None
@@ -337,15 +350,7 @@ class Job(JobData):
             JobNotInStateError: the job is not in ``state``.
         """
         keys, conn = self._bound()
-        op = ops.reprocess_job(
-            keys,
-            self.id,
-            str(state),
-            lifo=self.wire_options.get("lifo") is True,
-            reset_attempts_made=reset_attempts_made,
-            reset_attempts_started=reset_attempts_started,
-        )
-        await conn.run(op)
+        await conn.run(self._retry_op(keys, state, reset_attempts_made, reset_attempts_started))
         self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     async def promote(self) -> None:

@@ -27,7 +27,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import NoScriptError
 
-from ._connection import execute, has_hash_tag
+from ._connection import has_hash_tag, send
 from ._wire import Channel
 from .errors import ValidationError
 
@@ -89,17 +89,14 @@ class Script:
         on NOSCRIPT."""
         self.check(keys, client)
         command = ("EVALSHA", self.sha, self.numkeys, *keys, *args)
-        if channel is not None:
-            try:
-                return await channel.call(command)
-            except NoScriptError:
-                await channel.call(("SCRIPT", "LOAD", self.text))
-                return await channel.call(command)
         try:
-            return await execute(client, command)
+            return await send(client, channel, command)
         except NoScriptError:
-            await client.script_load(self.text)
-            return await execute(client, command)
+            if channel is not None:
+                await channel.call(("SCRIPT", "LOAD", self.text))
+            else:  # redis-py's script_load also loads on every node of a Cluster
+                await client.script_load(self.text)
+            return await send(client, channel, command)
 
     def run_sync(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA on a sync client, loading the script on NOSCRIPT."""

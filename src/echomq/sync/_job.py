@@ -99,15 +99,7 @@ class Job(JobData):
     ) -> None:
         """Sync twin of :meth:`echomq.Job.retry`."""
         keys, client = self._bound()
-        op = ops.reprocess_job(
-            keys,
-            self.id,
-            str(state),
-            lifo=self.wire_options.get("lifo") is True,
-            reset_attempts_made=reset_attempts_made,
-            reset_attempts_started=reset_attempts_started,
-        )
-        op.run_sync(client)
+        self._retry_op(keys, state, reset_attempts_made, reset_attempts_started).run_sync(client)
         self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     def promote(self) -> None:

@@ -11,7 +11,7 @@ import time
 
 import redis.asyncio
 
-from .._connection import execute
+from .._connection import send
 from .._wire import open_channel
 from ..ops import to_str
 from ..protocol.keys import QueueKeys
@@ -42,10 +42,7 @@ class MarkerWaiter:
         while True:
             timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
             command = ("BZPOPMIN", self._keys.marker, timeout)
-            if self._channel is not None:
-                popped = await self._channel.call(command)
-            else:
-                popped = await execute(self._client, command)
+            popped = await send(self._client, self._channel, command)
             if not popped:
                 if time.time() >= deadline - 0.001:
                     return
@@ -60,10 +57,7 @@ class MarkerWaiter:
 
     async def connect(self) -> None:
         """Open the blocking connection (which names itself on connect)."""
-        if self._channel is not None:
-            await self._channel.call(("PING",))
-        else:
-            await self._client.ping()
+        await send(self._client, self._channel, ("PING",))
 
     async def aclose(self) -> None:
         """Close the blocking connection."""
