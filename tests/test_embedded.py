@@ -22,8 +22,10 @@ from echomq.embedded import (
     default_data_dir,
     ensure_embedded_server,
     find_redis_server,
+    resolve_durability,
     stop_embedded_server,
 )
+from echomq.errors import ValidationError
 from helpers import close_sync_cluster, snapshot, snapshot_sync, wait_for
 
 # Lets a child interpreter import the same echomq as this test run (installed or src/).
@@ -61,6 +63,16 @@ def _set(url: str, key: str, value: str) -> None:
         client.set(key, value)
     finally:
         client.close()
+
+
+def _appendfsync(url: str) -> str:
+    client = SyncRedis.from_url(url, decode_responses=True)
+    try:
+        value = client.config_get("appendfsync")["appendfsync"]
+    finally:
+        client.close()
+    assert isinstance(value, str)
+    return value
 
 
 def _server_pids(directory: Path) -> list[int]:
@@ -173,12 +185,26 @@ def test_restart_without_aof_loses_data(fresh_server: Callable[..., RedisServer]
 
 def test_kill_then_start_recovers_aof(fresh_server: Callable[..., RedisServer]) -> None:
     server = fresh_server()
-    # Redis writes the AOF before it replies; SIGKILL loses nothing the kernel already has.
+    assert _appendfsync(server.url) == "always"
+    # appendfsync always: the AOF is written and fsynced before Redis replies.
     _set(server.url, "crash", "safe")
     server.kill()
     assert not server.is_running
     server.start()
     assert _get(server.url, "crash") == b"safe"
+
+
+def test_server_durability_is_always_unless_told(
+    fresh_server: Callable[..., RedisServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(embedded.DURABILITY_ENV, "everysec")  # only the shared server reads it
+    assert _appendfsync(fresh_server().url) == "always"
+    assert _appendfsync(fresh_server(durability="everysec").url) == "everysec"
+
+
+def test_server_rejects_an_unknown_durability() -> None:
+    with pytest.raises(ValidationError, match=r"durability must be one of always, everysec"):
+        RedisServer(durability="sometimes")  # type: ignore[arg-type]
 
 
 def test_unix_socket_server(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -286,6 +312,136 @@ def test_ensure_rejects_overlong_socket_path(tmp_path: Path) -> None:
 def test_ensure_uses_env_data_dir(monkeypatch: pytest.MonkeyPatch, shared_dir: Path) -> None:
     monkeypatch.setenv(embedded.DATA_DIR_ENV, str(shared_dir))
     assert ensure_embedded_server() == ensure_embedded_server(shared_dir)
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def test_resolve_durability(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(embedded.DURABILITY_ENV, raising=False)
+    assert resolve_durability() == "always"
+    assert resolve_durability("everysec") == "everysec"
+    monkeypatch.setenv(embedded.DURABILITY_ENV, " EverySec ")
+    assert resolve_durability() == "everysec"
+    assert resolve_durability("always") == "always"  # the argument beats the environment
+    monkeypatch.setenv(embedded.DURABILITY_ENV, "no")
+    with pytest.raises(ValidationError, match=r"ECHOMQ_DURABILITY must be one of .*got 'no'"):
+        resolve_durability()
+    with pytest.raises(ValidationError, match=r"durability must be one of .*got 'fast'"):
+        resolve_durability("fast")
+
+
+def test_new_shared_server_fsyncs_always_by_default(
+    monkeypatch: pytest.MonkeyPatch, shared_dir: Path
+) -> None:
+    monkeypatch.delenv(embedded.DURABILITY_ENV, raising=False)
+    assert _appendfsync(ensure_embedded_server(shared_dir)) == "always"
+
+
+def test_new_shared_server_takes_the_chosen_durability(
+    monkeypatch: pytest.MonkeyPatch, shared_dir: Path
+) -> None:
+    monkeypatch.delenv(embedded.DURABILITY_ENV, raising=False)
+    url = ensure_embedded_server(shared_dir, durability="everysec")
+    assert _appendfsync(url) == "everysec"
+    # The choice is not stored: a server started again without one is back to the default.
+    assert stop_embedded_server(shared_dir) is True
+    monkeypatch.setenv(embedded.DURABILITY_ENV, "everysec")
+    assert _appendfsync(ensure_embedded_server(shared_dir)) == "everysec"
+    assert stop_embedded_server(shared_dir) is True
+    monkeypatch.delenv(embedded.DURABILITY_ENV)
+    assert _appendfsync(ensure_embedded_server(shared_dir)) == "always"
+
+
+def test_reused_shared_server_is_switched_to_the_asked_durability(
+    monkeypatch: pytest.MonkeyPatch, shared_dir: Path
+) -> None:
+    monkeypatch.delenv(embedded.DURABILITY_ENV, raising=False)
+    url = ensure_embedded_server(shared_dir)
+    pids = _server_pids(shared_dir)
+    _set(url, "kept", "1")
+
+    assert ensure_embedded_server(shared_dir, durability="everysec") == url
+    assert _appendfsync(url) == "everysec"
+    assert ensure_embedded_server(shared_dir) == url  # no choice means the default, always
+    assert _appendfsync(url) == "always"
+    monkeypatch.setenv(embedded.DURABILITY_ENV, "everysec")
+    assert _communicate(_ensure_in_subprocess(shared_dir)) == url  # another process
+    assert _appendfsync(url) == "everysec"
+
+    assert _server_pids(shared_dir) == pids  # switched in place, never restarted
+    assert _get(url, "kept") == b"1"
+
+
+def test_bad_durability_is_refused_before_a_server_starts(shared_dir: Path) -> None:
+    with pytest.raises(ValidationError, match="durability must be one of"):
+        ensure_embedded_server(shared_dir, durability="never")  # type: ignore[arg-type]
+    assert _server_pids(shared_dir) == []
+
+
+# --------------------------------------------------------------------------- the CLI's flag
+
+
+def _cli(directory: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m echomq.cli queue dq counts ARGS`` on the embedded server of ``directory``."""
+    child_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ECHOMQ_REDIS_URL", embedded.DURABILITY_ENV)
+    }
+    pythonpath = [PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]
+    child_env.update(PYTHONPATH=os.pathsep.join(pythonpath), ECHOMQ_DATA_DIR=str(directory))
+    child_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "echomq.cli", "queue", "dq", "counts", *args],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_durability_flag_and_env(shared_dir: Path) -> None:
+    url = f"unix://{shared_dir.resolve() / 'redis.sock'}?db=0"
+
+    done = _cli(shared_dir, "--durability", "everysec")
+    assert done.returncode == 0, done.stderr
+    assert f"using embedded Redis at {url} (appendfsync everysec)" in done.stderr
+    assert _appendfsync(url) == "everysec"
+
+    done = _cli(shared_dir)  # reused, no choice: back to the default
+    assert done.returncode == 0, done.stderr
+    assert "(appendfsync always)" in done.stderr
+    assert _appendfsync(url) == "always"
+
+    done = _cli(shared_dir, **{embedded.DURABILITY_ENV: "everysec"})
+    assert done.returncode == 0, done.stderr
+    assert _appendfsync(url) == "everysec"
+
+    done = _cli(shared_dir, "--durability", "always", **{embedded.DURABILITY_ENV: "everysec"})
+    assert done.returncode == 0, done.stderr
+    assert _appendfsync(url) == "always"  # the flag beats the environment
+
+
+def test_cli_rejects_bad_durability(shared_dir: Path) -> None:
+    done = _cli(shared_dir, "--durability", "sometimes")
+    assert done.returncode == 2
+    assert "invalid choice: 'sometimes'" in done.stderr
+
+    done = _cli(shared_dir, **{embedded.DURABILITY_ENV: "sometimes"})
+    assert done.returncode == 2
+    assert "ECHOMQ_DURABILITY must be one of always, everysec, got 'sometimes'" in done.stderr
+    assert _server_pids(shared_dir) == []  # refused before anything was started
+
+
+def test_cli_durability_with_a_url_is_a_note(shared_dir: Path, redis_url: str) -> None:
+    before = _appendfsync(redis_url)
+    done = _cli(shared_dir, "--url", redis_url, "--durability", "always")
+    assert done.returncode == 0, done.stderr
+    assert "--durability applies only to the embedded Redis" in done.stderr
+    assert "using embedded Redis" not in done.stderr
+    assert _appendfsync(redis_url) == before  # the user's server is left alone
+    assert _server_pids(shared_dir) == []
 
 
 # --------------------------------------------------------------------------- conftest fixtures

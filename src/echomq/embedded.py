@@ -5,6 +5,13 @@ binary, running a throwaway server for tests (:class:`RedisServer`), and the pri
 per-user server that the CLI falls back to when no Redis URL is given
 (:func:`ensure_embedded_server` / :func:`stop_embedded_server`).
 
+Durability: every server echomq starts with AOF on fsyncs the AOF before it replies
+(``appendfsync always``) unless told ``everysec``. With ``always`` an acknowledged write survives
+a crash of ``redis-server`` (``kill -9``); with ``everysec`` up to about a second of acknowledged
+writes can be lost, in exchange for cheaper writes (see ``docs/deployment.md``). The shared
+server takes its setting from each caller (:func:`resolve_durability`): a caller that asks for a
+different one than the running server has switches it with ``CONFIG SET``.
+
 Invariants:
 
 - Every server is started with explicit arguments and never reads a config file, listens only on
@@ -34,15 +41,23 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
-from .errors import EmbeddedRedisError
+import redis
+import redis.exceptions
+
+from .errors import EmbeddedRedisError, ValidationError
 
 __all__ = [
+    "DEFAULT_DURABILITY",
+    "DURABILITIES",
+    "Durability",
     "EmbeddedRedisError",
     "RedisServer",
     "default_data_dir",
     "ensure_embedded_server",
     "find_redis_server",
+    "resolve_durability",
     "stop_embedded_server",
 ]
 
@@ -50,6 +65,13 @@ logger = logging.getLogger(__name__)
 
 SERVER_ENV = "ECHOMQ_REDIS_SERVER"
 DATA_DIR_ENV = "ECHOMQ_DATA_DIR"
+DURABILITY_ENV = "ECHOMQ_DURABILITY"
+
+Durability = Literal["always", "everysec"]
+"""An AOF fsync policy (Redis's ``appendfsync``) echomq offers for the servers it starts."""
+
+DURABILITIES: tuple[Durability, ...] = ("always", "everysec")
+DEFAULT_DURABILITY: Durability = "always"
 
 _INSTALL_HINT = (
     "Install Redis (for example `apt-get install redis-server` or `brew install redis`), "
@@ -220,13 +242,45 @@ def _command(executable: str, options: dict[str, str], extra: Sequence[str] = ()
     return args + list(extra)
 
 
-def _base_options(data_dir: Path, *, appendonly: bool, log_path: Path) -> dict[str, str]:
+def _check_durability(value: str, source: str) -> Durability:
+    if value not in DURABILITIES:
+        raise ValidationError(
+            f"{source} must be one of {', '.join(DURABILITIES)}, got {value!r}: 'always' fsyncs "
+            "every write before Redis replies, 'everysec' once a second."
+        )
+    return value
+
+
+def resolve_durability(durability: str | None = None) -> Durability:
+    """Return the AOF fsync policy for the shared embedded server.
+
+    Args:
+        durability: ``"always"`` or ``"everysec"``; ``None`` reads ``$ECHOMQ_DURABILITY``,
+            else uses ``"always"``.
+
+    Returns:
+        The validated policy.
+
+    Raises:
+        ValidationError: If the argument or the environment variable holds another value.
+    """
+    if durability is not None:
+        return _check_durability(durability, "durability")
+    from_env = os.environ.get(DURABILITY_ENV)
+    if from_env:
+        return _check_durability(from_env.strip().lower(), DURABILITY_ENV)
+    return DEFAULT_DURABILITY
+
+
+def _base_options(
+    data_dir: Path, *, appendonly: bool, durability: Durability, log_path: Path
+) -> dict[str, str]:
     # save "" disables RDB snapshots: persistence, when wanted, is AOF only.
     return {
         "dir": str(data_dir),
         "save": "",
         "appendonly": "yes" if appendonly else "no",
-        "appendfsync": "everysec",
+        "appendfsync": durability,
         "logfile": str(log_path),
     }
 
@@ -254,6 +308,7 @@ class RedisServer:
         unix_socket: Path | None = None,
         data_dir: Path | None = None,
         appendonly: bool = False,
+        durability: Durability = DEFAULT_DURABILITY,
         cluster: bool = False,
         extra_args: Sequence[str] = (),
         startup_timeout: float = 10.0,
@@ -267,13 +322,20 @@ class RedisServer:
             unix_socket: Listen only on this unix socket (no TCP port).
             data_dir: Working directory for the AOF and log. ``None`` uses a temporary
                 directory that :meth:`stop` deletes.
-            appendonly: Turn on AOF persistence (``appendfsync everysec``), so data survives
-                :meth:`restart`.
+            appendonly: Turn on AOF persistence, so data survives :meth:`restart` (and
+                :meth:`kill`, as far as ``durability`` promises).
+            durability: The AOF's ``appendfsync``: ``"always"`` (an acknowledged write survives
+                :meth:`kill`) or ``"everysec"``. Unlike the shared server, the environment is
+                not consulted.
             cluster: Run as a Redis Cluster node (``cluster-enabled yes``, config file in
                 ``data_dir``); a picked port leaves room for the cluster bus port.
             extra_args: More ``redis-server`` arguments, appended last.
             startup_timeout: Seconds to wait for the first ``PONG``.
+
+        Raises:
+            ValidationError: If ``durability`` is not one of :data:`DURABILITIES`.
         """
+        self._durability = _check_durability(durability, "durability")
         if unix_socket is not None:
             _check_unix_path(unix_socket)
         self._executable = executable
@@ -427,7 +489,12 @@ class RedisServer:
 
     def _args(self) -> list[str]:
         assert self._executable is not None and self._data_dir is not None
-        options = _base_options(self._data_dir, appendonly=self._appendonly, log_path=self.log_path)
+        options = _base_options(
+            self._data_dir,
+            appendonly=self._appendonly,
+            durability=self._durability,
+            log_path=self.log_path,
+        )
         options["daemonize"] = "no"
         if self._unix_socket is not None:
             options.update(port="0", unixsocket=str(self._unix_socket), unixsocketperm="700")
@@ -589,10 +656,35 @@ def _wait_ready(sock: Path, deadline: float, log_path: Path) -> None:
         time.sleep(0.05)
 
 
-def _launch_daemon(data_dir: Path, sock: Path, executable: str) -> None:
+def _apply_durability(sock: Path, durability: Durability) -> None:
+    """Make the running shared server fsync its AOF as ``durability`` says.
+
+    ``CONFIG SET`` lasts until the server stops; the next start takes its setting from the
+    caller that starts it.
+    """
+    client = redis.Redis(unix_socket_path=str(sock), socket_timeout=5.0, decode_responses=True)
+    try:
+        current = client.config_get("appendfsync").get("appendfsync")
+        if current != durability:
+            client.config_set("appendfsync", durability)
+            logger.info(
+                "switched the embedded redis-server at %s from appendfsync %s to %s",
+                sock,
+                current,
+                durability,
+            )
+    except redis.exceptions.RedisError as exc:
+        raise EmbeddedRedisError(
+            f"Could not set appendfsync {durability} on the embedded redis-server at {sock}: {exc}"
+        ) from exc
+    finally:
+        client.close()
+
+
+def _launch_daemon(data_dir: Path, sock: Path, executable: str, durability: Durability) -> None:
     """Start a detached, daemonized redis-server that outlives this process."""
     log_path = data_dir / _LOGFILE_NAME
-    options = _base_options(data_dir, appendonly=True, log_path=log_path)
+    options = _base_options(data_dir, appendonly=True, durability=durability, log_path=log_path)
     options.update(port="0", unixsocket=str(sock), unixsocketperm="700", daemonize="yes")
     options["pidfile"] = str(data_dir / _PIDFILE_NAME)
     args = _command(executable, options)
@@ -622,24 +714,38 @@ def _launch_daemon(data_dir: Path, sock: Path, executable: str) -> None:
         )
 
 
-def ensure_embedded_server(data_dir: Path | None = None) -> str:
+def ensure_embedded_server(
+    data_dir: Path | None = None, *, durability: Durability | None = None
+) -> str:
     """Return the URL of the shared per-user Redis, starting it if needed.
 
-    The server keeps its data in ``data_dir`` with AOF persistence (``appendfsync everysec``),
-    listens only on the unix socket ``<data_dir>/redis.sock`` and runs daemonized, so it outlives
-    the process that started it and is reused by every later call, from any process. A file lock
-    makes concurrent callers start at most one server.
+    The server keeps its data in ``data_dir`` with AOF persistence (no RDB), listens only on the
+    unix socket ``<data_dir>/redis.sock`` and runs daemonized, so it outlives the process that
+    started it and is reused by every later call, from any process. A file lock makes concurrent
+    callers start at most one server.
+
+    Every call makes the server run with the resolved ``durability``: a new server is started
+    with it, a running one with another setting is switched with ``CONFIG SET appendfsync``
+    (logged at INFO). The last caller wins; the setting is not stored, so a restarted server
+    takes whatever its starter asks for.
 
     Args:
         data_dir: Where the server lives; defaults to :func:`default_data_dir`.
+        durability: ``"always"``: the AOF is fsynced before Redis replies, so an acknowledged
+            write survives a crash of the server. ``"everysec"``: fsync once a second, cheaper
+            writes, up to about a second of acknowledged writes lost on a crash. ``None`` reads
+            ``$ECHOMQ_DURABILITY``, else ``"always"`` (see :func:`resolve_durability`).
 
     Returns:
         A ``unix://`` URL for redis-py, database 0.
 
     Raises:
+        ValidationError: If ``durability`` (or ``$ECHOMQ_DURABILITY``) is not a known policy;
+            checked before anything is started.
         EmbeddedRedisError: If no ``redis-server`` is available, the server does not come up,
-            or a process that holds the data directory does not answer.
+            refuses the setting, or a process that holds the data directory does not answer.
     """
+    policy = resolve_durability(durability)
     directory = _resolve_data_dir(data_dir)
     sock = directory / _SOCKET_NAME
     _check_unix_path(sock)
@@ -648,11 +754,13 @@ def ensure_embedded_server(data_dir: Path | None = None) -> str:
     url = _socket_url(sock)
 
     if _probe(str(sock)) == "ok":  # fast path, no lock needed to reuse
+        _apply_durability(sock, policy)
         return url
     with _locked(directory / _LOCKFILE_NAME):
         deadline = time.monotonic() + _SHARED_STARTUP_TIMEOUT
         state = _probe(str(sock))
         if state == "ok":
+            _apply_durability(sock, policy)
             return url
         pid = _read_pid(directory / _PIDFILE_NAME)
         if state == "loading" or (pid is not None and _pid_alive(pid) and _looks_like_redis(pid)):
@@ -660,10 +768,16 @@ def ensure_embedded_server(data_dir: Path | None = None) -> str:
             # a second one on the same files.
             logger.info("waiting for the embedded redis-server (pid %s) in %s", pid, directory)
             _wait_ready(sock, deadline, log_path)
+            _apply_durability(sock, policy)
             return url
         executable = find_redis_server()
-        logger.info("starting the embedded redis-server %s in %s", executable, directory)
-        _launch_daemon(directory, sock, executable)
+        logger.info(
+            "starting the embedded redis-server %s in %s (appendfsync %s)",
+            executable,
+            directory,
+            policy,
+        )
+        _launch_daemon(directory, sock, executable, policy)
         _wait_ready(sock, deadline, log_path)
         return url
 

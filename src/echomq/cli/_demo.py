@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if args.job_ms < 0:
         raise CliError("--job-ms must not be negative", EXIT_USAGE)
     configure_logging("WARNING")  # one INFO line per job would drown the progress bar
-    url = resolve_url(args.url)
+    url = resolve_url(args.url, args.durability)
     report = asyncio.run(_demo(url, args, sys.stderr))
     _print_report(args, report, explicit_url=bool(args.url))
     counts = report.counts or {}

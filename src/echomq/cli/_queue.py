@@ -93,7 +93,7 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     """The ``queue`` subcommand: resolve the URL, then run the chosen action."""
-    url = resolve_url(args.url)
+    url = resolve_url(args.url, args.durability)
     action: Action = args.action_fn
 
     async def go() -> int:

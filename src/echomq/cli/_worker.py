@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     options = worker_options(args)
     runner = _event_loop_runner(args.uvloop)
     configure_logging(args.log_level)
-    url = resolve_url(args.url)
+    url = resolve_url(args.url, args.durability)
     worker = Worker(args.queue, processor, connection=url, prefix=args.prefix, options=options)
     logger.info(
         "processing queue %s (prefix %s) with %s, concurrency %d, on %s",
