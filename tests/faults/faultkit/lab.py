@@ -1,0 +1,269 @@
+"""One run of one scenario: its own redis-server, worker processes, producer and ledger.
+
+A scenario is an async function ``scenario(lab, impl) -> Run`` that injects its fault and
+waits (with deadlines, never fixed sleeps) for the queue to settle. It does not raise on what
+it observes: findings go to :attr:`Run.problems` and the result row, so that the Node baseline
+always yields a row and the echomq run fails with the full picture. :func:`verdict` then
+holds the echomq run to the invariants and to the baseline:
+
+- no acknowledged job lost, every job in exactly one state, no leftover lock, one outcome
+  event per finished job (the audit);
+- duplicates (a job's processor started more than once) only where the scenario's physics
+  allows them (:meth:`Run.allow`);
+- recovery within the scenario's bound;
+- never worse than the Node baseline: not more lost jobs, not more duplicates beyond what
+  the physics of the run explains (the allowance is computed per run, from the faults that
+  run actually suffered, so the two runs compare fairly even when their faults hit
+  different numbers of running jobs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio
+
+from .audit import Audit, audit, finished, finished_at
+from .ledger import Ledger
+from .producer import Producer
+from .proxy import FaultProxy
+from .results import Row
+from .servers import FaultServer
+from .workers import WorkerConfig, WorkerGroup, WorkerProc
+
+COMPLETED = ("completed",)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+class Run:
+    """Everything one scenario run owns; built by :meth:`Lab.run`, closed by it."""
+
+    def __init__(
+        self,
+        scenario: str,
+        impl: str,
+        server: FaultServer,
+        proxy: FaultProxy | None,
+        directory: Path,
+        worker_config: dict[str, Any],
+        nodeid: str,
+    ) -> None:
+        self.scenario = scenario
+        self.impl = impl
+        self.server = server
+        self.proxy = proxy
+        self.queue = f"faults-{uuid.uuid4().hex[:8]}"
+        self.ledger = Ledger(directory / "ledger.txt")
+        url = proxy.url if proxy is not None else server.url
+        config = WorkerConfig(impl=impl, queue=self.queue, url=url, **worker_config)
+        self.workers = WorkerGroup(config, self.ledger.path, directory)
+        self.producer = Producer(server.url, self.queue)
+        self.r = redis.asyncio.Redis.from_url(server.url, client_name="faults-tester")
+        self.row = Row(scenario, impl, nodeid)
+        self.problems: list[str] = []
+        self.audit: Audit | None = None
+        self._allowed: Counter[str] = Counter()
+        self._t0 = time.monotonic()
+
+    # -- workers ---------------------------------------------------------------------------
+
+    async def start_workers(self, n: int, **overrides: Any) -> list[WorkerProc]:
+        """Start ``n`` workers and wait until each has connected."""
+        procs = [self.workers.start(**overrides) for _ in range(n)]
+        await self.workers.wait_ready(self.r, procs)
+        return procs
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    async def until(
+        self, predicate: Callable[[], Awaitable[Any] | Any], timeout: float, what: str
+    ) -> Any:
+        """Poll ``predicate`` until truthy; on timeout note a problem and return None."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = predicate()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                self.problems.append(f"timed out after {timeout:.0f}s waiting for {what}")
+                return None
+            await asyncio.sleep(0.02)
+
+    async def wait_finished(self, ids: Iterable[str], timeout: float) -> bool:
+        """Wait until every job in ``ids`` is completed or failed (a problem on timeout)."""
+        wanted = set(ids)
+
+        async def done() -> bool:
+            return wanted <= await finished(self.r, self.queue)
+
+        return bool(await self.until(done, timeout, f"{len(wanted)} jobs to finish"))
+
+    async def in_flight_at_least(self, worker: WorkerProc, n: int, timeout: float) -> set[str]:
+        """Wait until ``worker`` runs at least ``n`` jobs (per the ledger); those jobs."""
+
+        def enough() -> set[str] | None:
+            running = self.ledger.in_flight(worker.pid)
+            return running if len(running) >= n else None
+
+        return set(await self.until(enough, timeout, f"{n} jobs running in {worker!r}") or ())
+
+    # -- accounting ------------------------------------------------------------------------
+
+    def allow(self, job_ids: Iterable[str], times: int = 1) -> None:
+        """Allow these jobs one more start each (``times`` more), as the physics explains."""
+        for job_id in job_ids:
+            self._allowed[job_id] += times
+
+    async def recovery(self, since_ms: float, job_ids: Iterable[str]) -> float | None:
+        """Seconds from ``since_ms`` until the last of ``job_ids`` was finished in Redis
+        (``finishedOn``); None if one never finished (then recovery is unbounded)."""
+        ids = list(job_ids)
+        if not ids:
+            return 0.0
+        at = await finished_at(self.r, self.queue, ids)
+        if len(at) < len(ids):
+            return None
+        return max(0.0, (max(at.values()) - since_ms) / 1000)
+
+    def set_recovery(self, value: float | None, bound: float) -> None:
+        """Record the run's recovery time (worst of all calls) and its bound."""
+        self.row.bound = bound
+        if value is None:
+            self.row.recovery = float("inf")
+        else:
+            self.row.recovery = max(self.row.recovery or 0.0, value)
+
+    async def finish(
+        self,
+        expected: Mapping[str, Iterable[str]] | None = None,
+        *,
+        absent: Iterable[str] = (),
+    ) -> Audit:
+        """Stop the workers, audit Redis and the ledger, fill in the row.
+
+        Args:
+            expected: final states allowed per job; default: every acknowledged job completed.
+            absent: ids that must be in no state at the end.
+        """
+        await self.workers.stop_supervising()
+        if expected is None:
+            expected = dict.fromkeys(self.producer.acked, COMPLETED)
+        result = await audit(self.r, self.queue, expected, absent=absent)
+        self.audit = result
+        extra = {j: n - 1 for j, n in self.ledger.starts().items() if n > 1}
+        self.row.jobs = len(expected)
+        self.row.lost = len(result.lost)
+        self.row.duplicates = sum(extra.values())
+        self.row.allowed = sum(self._allowed.values())
+        self.row.excess = sum(max(0, n - self._allowed[j]) for j, n in extra.items())
+        for job_id, n in sorted(extra.items()):
+            if n > self._allowed[job_id]:
+                pids = self.ledger.pids_of(job_id)
+                self.problems.append(
+                    f"job {job_id} started {n + 1} times (pids {pids}); the physics allows "
+                    f"{self._allowed[job_id] + 1}"
+                )
+        self.problems.extend(result.problems)
+        recovery, bound = self.row.recovery, self.row.bound
+        if recovery is not None and bound is not None and recovery > bound:
+            self.problems.append(f"recovery took {recovery:.2f}s, bound {bound:.2f}s")
+        self.row.runtime = time.monotonic() - self._t0
+        return result
+
+    def worker_logs(self) -> str:
+        return self.workers.logs()
+
+    async def aclose(self) -> None:
+        await self.workers.aclose()
+        await self.producer.aclose()
+        await self.r.aclose()
+        if self.proxy is not None:
+            await self.proxy.aclose()
+        self.server.stop()
+
+
+class Lab:
+    """Factory of :class:`Run` objects for one test; collects their rows."""
+
+    def __init__(self, directory: Path, nodeid: str, rows: list[Row]) -> None:
+        self._dir = directory
+        self._nodeid = nodeid
+        self._rows = rows
+        self.runs: list[Run] = []
+
+    @contextlib.asynccontextmanager
+    async def run(
+        self,
+        scenario: str,
+        impl: str,
+        *,
+        server_args: Iterable[str] = (),
+        proxy: bool = False,
+        **worker_config: Any,
+    ) -> AsyncIterator[Run]:
+        """A run of ``scenario`` with ``impl`` workers, on a new server started with
+        ``server_args``; with ``proxy`` the workers connect through a :class:`FaultProxy`."""
+        directory = self._dir / f"{len(self.runs)}-{impl}"
+        directory.mkdir(parents=True)
+        server = FaultServer(directory / "redis", server_args)
+        server.start()
+        fault_proxy: FaultProxy | None = None
+        if proxy:
+            fault_proxy = FaultProxy(server.port)
+            await fault_proxy.start()
+        run = Run(scenario, impl, server, fault_proxy, directory, worker_config, self._nodeid)
+        self.runs.append(run)
+        try:
+            await run.producer.prepare()
+            yield run
+            if run.audit is None:
+                await run.finish()
+        except BaseException as exc:
+            run.row.verdict = f"error: {type(exc).__name__}"
+            run.row.runtime = time.monotonic() - run._t0
+            raise
+        finally:
+            self._rows.append(run.row)
+            await run.aclose()
+
+
+def compare(echo: Run, node: Run | None) -> list[str]:
+    """How the echomq run did worse than the Node baseline (empty: not worse)."""
+    if node is None:
+        return []
+    e, n = echo.row, node.row
+    out = []
+    if e.lost > n.lost:
+        out.append(f"echomq lost {e.lost} jobs, BullMQ {n.lost}")
+    if e.excess > n.excess:
+        out.append(f"echomq had {e.excess} unexplained duplicates, BullMQ {n.excess}")
+    return out
+
+
+def verdict(echo: Run, node: Run | None = None) -> None:
+    """Assert the echomq run's invariants and that it did not do worse than the baseline."""
+    worse = compare(echo, node)
+    problems = echo.problems + worse
+    echo.row.verdict = "fail" if problems else "pass"
+    if node is not None:
+        node.row.verdict = "baseline"
+    if problems:
+        baseline = f"\nBullMQ baseline: {node.row}\n  " + "\n  ".join(node.problems) if node else ""
+        raise AssertionError(
+            f"{echo.scenario} (echomq): {echo.row}\n  "
+            + "\n  ".join(problems)
+            + baseline
+            + f"\n--- worker logs ---\n{echo.worker_logs()[-6000:]}"
+        )

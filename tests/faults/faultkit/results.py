@@ -1,0 +1,54 @@
+"""Result rows of scenario runs, and the Markdown table ``scripts/faults`` writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Row:
+    """What one run of one scenario measured.
+
+    ``duplicates`` counts extra starts (a job started three times counts two);
+    ``allowed`` is how many the scenario's physics explains at most (jobs running in a
+    process that was killed, processors that blocked past their lock...), ``excess`` how
+    many went beyond that allowance, job by job. ``recovery`` is
+    the scenario's recovery time in seconds (its docstring defines it), ``bound`` the limit
+    the echomq run is held to.
+    """
+
+    scenario: str
+    impl: str
+    nodeid: str
+    runtime: float = 0.0
+    jobs: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    allowed: int = 0
+    excess: int = 0
+    recovery: float | None = None
+    bound: float | None = None
+    faults: int = 0
+    verdict: str = ""
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+HEADER = (
+    "| Scenario | Workers | Faults | Runtime (s) | Jobs | Lost | Duplicates | Allowed | Excess "
+    "| Recovery (s) | Bound (s) | Result |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+)
+
+
+def markdown(rows: list[Row]) -> str:
+    """The rows as a Markdown table, in the order the scenarios ran."""
+    lines = [
+        f"| {r.scenario} | {r.impl} | {r.faults} | {r.runtime:.1f} | {r.jobs} | {r.lost} "
+        f"| {r.duplicates} | {r.allowed} | {r.excess} | {_num(r.recovery)} | {_num(r.bound)} "
+        f"| {r.verdict} |"
+        for r in rows
+    ]
+    return HEADER + "\n".join(lines) + "\n"
