@@ -10,30 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from faultkit.audit import finished
 from faultkit.lab import Lab, Run, now_ms, verdict
 from faultkit.scale import pick
-from faultkit.workers import WorkerProc
 
 LONG = pick(120, 900)
-
-
-async def busy_worker(run: Run, running: int, timeout: float) -> WorkerProc | None:
-    """Wait for a live worker with at least ``running`` jobs in its processor."""
-
-    def find() -> WorkerProc | None:
-        for worker in run.workers.alive():
-            if len(run.ledger.in_flight(worker.pid)) >= running:
-                return worker
-        return None
-
-    return await run.until(find, timeout, f"a worker running {running} jobs")
-
-
-async def unfinished_of(run: Run, worker: WorkerProc) -> set[str]:
-    """Jobs the (dead or stopping) worker started whose outcome is not recorded."""
-    started = {e.job_id for e in run.ledger.entries() if e.pid == worker.pid}
-    return started - await finished(run.r, run.queue)
 
 
 # -- 1. SIGKILL storm ------------------------------------------------------------------------
@@ -45,8 +25,8 @@ async def sigkill_storm(lab: Lab, impl: str) -> Run:
     Each kill lands while the victim runs ``concurrency`` jobs. Duplicates allowed: exactly
     the jobs the victim had started and not finished (they are re-run once their lock
     expires); nothing else. The stall limit is above the number of kills, so a job hit by
-    two kills is re-run rather than failed. Recovery: from each kill until the victim's jobs are completed by
-    others, bounded by lock + 2 stalled intervals + the job time + 2.5 s.
+    two kills is re-run rather than failed. Recovery: from each kill until the victim's jobs
+    are completed by others, bounded by lock + 2 stalled intervals + the job time + 2.5 s.
     """
     lock, stalled, ms, concurrency = 1.0, 0.5, 400, 2
     n, kills = pick(40, 240), pick(3, 12)
@@ -62,12 +42,12 @@ async def sigkill_storm(lab: Lab, impl: str) -> Run:
         await run.start_workers(3)
         hits: list[tuple[float, set[str]]] = []
         for _ in range(kills):
-            victim = await busy_worker(run, concurrency, timeout=20)
+            victim = await run.busy_worker(concurrency, timeout=20)
             if victim is None:
                 break
             victim.kill()
             killed_at = now_ms()
-            hit = await unfinished_of(run, victim)
+            hit = await run.unfinished(victim)
             run.allow(hit)
             hits.append((killed_at, hit))
             await run.start_workers(1)
@@ -115,7 +95,7 @@ async def graceful_sigterm(lab: Lab, impl: str) -> Run:
         await run.start_workers(2)
         bound = ms / 1000 + 1.5
         for _ in range(terms):
-            victim = await busy_worker(run, concurrency, timeout=20)
+            victim = await run.busy_worker(concurrency, timeout=20)
             if victim is None:
                 break
             held = run.ledger.in_flight(victim.pid)
@@ -127,7 +107,7 @@ async def graceful_sigterm(lab: Lab, impl: str) -> Run:
             if code != 0:
                 run.problems.append(f"{victim!r} exited with {code} after SIGTERM")
             run.set_recovery(await run.recovery(stopped_at, held), bound)
-            left = await unfinished_of(run, victim)
+            left = await run.unfinished(victim)
             if left:
                 run.problems.append(f"{victim!r} stopped without finishing {sorted(left)}")
         await run.wait_finished(ids, timeout=40)

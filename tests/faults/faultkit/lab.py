@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .audit import Audit, audit, finished, finished_at
 from .ledger import Ledger
@@ -39,6 +42,8 @@ from .servers import FaultServer
 from .workers import WorkerConfig, WorkerGroup, WorkerProc
 
 COMPLETED = ("completed",)
+#: What polling the server under test may meet while a fault is on.
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, ResponseError)
 
 
 def now_ms() -> float:
@@ -64,13 +69,15 @@ class Run:
         self.proxy = proxy
         self.queue = f"faults-{uuid.uuid4().hex[:8]}"
         self.ledger = Ledger(directory / "ledger.txt")
-        url = proxy.url if proxy is not None else server.url
+        via_proxy = proxy is not None and worker_config.pop("via_proxy", True)
+        url = proxy.url if via_proxy and proxy is not None else server.url
         config = WorkerConfig(impl=impl, queue=self.queue, url=url, **worker_config)
         self.workers = WorkerGroup(config, self.ledger.path, directory)
         self.producer = Producer(server.url, self.queue)
         self.r = redis.asyncio.Redis.from_url(server.url, client_name="faults-tester")
         self.row = Row(scenario, impl, nodeid)
         self.problems: list[str] = []
+        self.marks: dict[str, float] = {}  # scenario-specific numbers
         self.audit: Audit | None = None
         self._allowed: Counter[str] = Counter()
         self._t0 = time.monotonic()
@@ -90,16 +97,27 @@ class Run:
     ) -> Any:
         """Poll ``predicate`` until truthy; on timeout note a problem and return None."""
         deadline = time.monotonic() + timeout
+        error: Exception | None = None
         while True:
-            result = predicate()
-            if asyncio.iscoroutine(result):
-                result = await result
+            try:
+                result = predicate()
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except _UNAVAILABLE as exc:  # the server is restarting or busy: look again
+                if isinstance(exc, ResponseError) and not str(exc).startswith("BUSY"):
+                    raise
+                result, error = None, exc
             if result:
                 return result
             if time.monotonic() > deadline:
-                self.problems.append(f"timed out after {timeout:.0f}s waiting for {what}")
+                last = f" (last error: {error!r})" if error else ""
+                self.problems.append(f"timed out after {timeout:.0f}s waiting for {what}{last}")
                 return None
             await asyncio.sleep(0.02)
+
+    async def observe_finished(self, ids: Iterable[str], timeout: float) -> float | None:
+        """Wait until every job in ``ids`` is finished; unix ms when that was seen, or None."""
+        return now_ms() if await self.wait_finished(ids, timeout) else None
 
     async def wait_finished(self, ids: Iterable[str], timeout: float) -> bool:
         """Wait until every job in ``ids`` is completed or failed (a problem on timeout)."""
@@ -118,6 +136,22 @@ class Run:
             return running if len(running) >= n else None
 
         return set(await self.until(enough, timeout, f"{n} jobs running in {worker!r}") or ())
+
+    async def busy_worker(self, running: int, timeout: float) -> WorkerProc | None:
+        """Wait for a live worker with at least ``running`` jobs in its processor."""
+
+        def find() -> WorkerProc | None:
+            for worker in self.workers.alive():
+                if len(self.ledger.in_flight(worker.pid)) >= running:
+                    return worker
+            return None
+
+        return await self.until(find, timeout, f"a worker running {running} jobs")
+
+    async def unfinished(self, worker: WorkerProc | None = None) -> set[str]:
+        """Jobs started (by ``worker``, or by anyone) whose outcome is not recorded."""
+        started = {e.job_id for e in self.ledger.entries() if worker is None or e.pid == worker.pid}
+        return started - await finished(self.r, self.queue)
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -214,7 +248,8 @@ class Lab:
         **worker_config: Any,
     ) -> AsyncIterator[Run]:
         """A run of ``scenario`` with ``impl`` workers, on a new server started with
-        ``server_args``; with ``proxy`` the workers connect through a :class:`FaultProxy`."""
+        ``server_args``; with ``proxy`` a :class:`FaultProxy` is started too, and the
+        workers connect through it unless ``via_proxy=False`` is given."""
         directory = self._dir / f"{len(self.runs)}-{impl}"
         directory.mkdir(parents=True)
         server = FaultServer(directory / "redis", server_args)

@@ -1,6 +1,6 @@
 """A TCP proxy between clients and Redis that can lose replies and cut connections.
 
-It parses RESP2 in both directions, so it knows which reply answers which command (Redis
+It parses RESP (2 and 3) in both directions, so it knows which reply answers which command (Redis
 answers in order on each connection). Faults:
 
 - :meth:`FaultProxy.drop_replies` ("applied but not acknowledged"): a command matching the
@@ -9,8 +9,8 @@ answers in order on each connection). Faults:
   out. The swallowed reply is kept in :attr:`FaultProxy.dropped`.
 - :meth:`FaultProxy.cut_all`: close every connection now.
 
-Only request/reply traffic is supported (no pub/sub, MONITOR or RESP3 pushes), which is all
-the workers, producers and events readers use.
+Only request/reply traffic is supported (no pub/sub, MONITOR or client-side caching pushes),
+which is all the workers, producers and events readers use.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ class RespError(ValueError):
 
 
 def parse(buf: bytes | bytearray, pos: int = 0) -> tuple[Any, int]:
-    """Parse one RESP2 value at ``pos``; ``(value, end)``, or ``(_INCOMPLETE, pos)``.
+    """Parse one RESP2 or RESP3 value at ``pos``; ``(value, end)``, or ``(_INCOMPLETE, pos)``.
 
-    Simple strings and errors come back as ``bytes``, integers as ``int``, bulk strings as
-    ``bytes`` (``None`` for nil), arrays as ``list``.
+    Simple strings, errors, doubles and big numbers come back as ``bytes``, integers as
+    ``int``, bulk and verbatim strings as ``bytes``, nulls as ``None``, booleans as ``bool``,
+    arrays, sets and pushes as ``list``, maps (and attributes) as a flat ``list`` of keys and
+    values.
     """
     if pos >= len(buf):
         return _INCOMPLETE, pos
@@ -45,27 +47,35 @@ def parse(buf: bytes | bytearray, pos: int = 0) -> tuple[Any, int]:
         return _INCOMPLETE, pos
     kind, head = buf[pos : pos + 1], bytes(buf[pos + 1 : line_end])
     after = line_end + 2
-    if kind in (b"+", b"-"):
+    if kind in (b"+", b"-", b",", b"("):
         return head, after
     if kind == b":":
         return int(head), after
-    if kind == b"$":
+    if kind == b"_":
+        return None, after
+    if kind == b"#":
+        return head == b"t", after
+    if kind in (b"$", b"!", b"="):
         n = int(head)
         if n < 0:
             return None, after
         if len(buf) < after + n + 2:
             return _INCOMPLETE, pos
         return bytes(buf[after : after + n]), after + n + 2
-    if kind == b"*":
+    if kind in (b"*", b"~", b">", b"%", b"|"):
         n = int(head)
         if n < 0:
             return None, after
+        if kind in (b"%", b"|"):
+            n *= 2
         items = []
         for _ in range(n):
             item, after = parse(buf, after)
             if item is _INCOMPLETE:
                 return _INCOMPLETE, pos
             items.append(item)
+        if kind == b"|":  # an attribute comes before the value it describes
+            return parse(buf, after)
         return items, after
     raise RespError(f"unexpected RESP type byte {kind!r}")
 
@@ -154,6 +164,7 @@ class FaultProxy:
         self.connections = 0
         self._server: asyncio.Server | None = None
         self._pairs: set[_Pair] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
         self._predicate: Predicate | None = None
         self._drops_left = 0
         self._every = 1
@@ -189,6 +200,9 @@ class FaultProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         pair = _Pair(self, writer)
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
         try:
             up_reader, pair.upstream = await asyncio.open_connection(
                 "127.0.0.1", self.upstream_port
@@ -205,12 +219,20 @@ class FaultProxy:
         finally:
             pair.close()
             self._pairs.discard(pair)
+            if handler is not None:
+                self._handlers.discard(handler)
 
     async def aclose(self) -> None:
         self._predicate = None
         if self._server is not None:
             self._server.close()
         self.cut_all()
+        handlers = list(self._handlers)
+        if handlers:  # they end once their aborted connections report EOF
+            _, pending = await asyncio.wait(handlers, timeout=5)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -1,0 +1,219 @@
+"""Faults of the Redis server: kill -9 and restart (AOF), SIGSTOP, BUSY scripts, OOM.
+
+Every scenario runs one shape: two workers (two jobs each) process a stream of jobs the
+producer keeps adding; each fault hits while a worker runs jobs, so outcomes are due while
+Redis cannot take them, and adds are refused meanwhile (the producer retries them with the
+same id). Each fault is shorter than the lock duration, so no lock has to expire: the
+physics allows no duplicate at all. Recovery: from the end of a fault until the test sees
+every job that had started and was not finished when it began finished in Redis (seen, not
+``finishedOn``: that is the worker's clock when it built the call, which may be long before
+Redis ran it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis.asyncio
+from faultkit.lab import Lab, Run, now_ms, verdict
+from faultkit.scale import pick
+
+LONG = pick(120, 900)
+LOCK, STALLED, JOB_MS = 4.0, 1.0, 300
+
+Inject = Callable[[Run], Awaitable[float]]
+
+
+async def redis_fault(
+    lab: Lab,
+    impl: str,
+    scenario: str,
+    inject: Inject,
+    *,
+    server_args: list[str],
+    bound: float,
+    evidence: str | None = None,
+) -> Run:
+    """Run the shared shape with ``inject`` as the fault (it returns when the fault ended,
+    in unix ms); ``evidence`` names an ``INFO errorstats`` counter that must have grown,
+    proving the fault reached clients."""
+    n, faults = pick(60, 300), pick(1, 3)
+    async with lab.run(
+        scenario, impl, server_args=server_args, lock=LOCK, stalled=STALLED, concurrency=2
+    ) as run:
+        await run.start_workers(2)
+        run.producer.stream(n, lambda i: {"ms": JOB_MS}, every=0.02)
+        for _ in range(faults):
+            if await run.busy_worker(2, timeout=20) is None:
+                break
+            hit = await run.unfinished()
+            ended = await inject(run)
+            run.row.faults += 1
+            seen = await run.observe_finished(hit, timeout=LOCK * 3 + 10)
+            run.set_recovery(None if seen is None else max(0.0, seen - ended) / 1000, bound)
+        await run.producer.join(timeout=60)
+        await run.wait_finished(run.producer.acked, timeout=30)
+        for worker in run.workers.procs:
+            if not worker.alive:
+                run.problems.append(f"{worker!r} died")
+        if evidence is not None:
+            stats = await run.r.info("errorstats")
+            count = stats.get(f"errorstat_{evidence}", {}).get("count", 0)
+            if count <= run.marks.get("own_errors", 0):  # the test's own probe does not count
+                run.problems.append(f"no client got {evidence}: the fault did not bite")
+        await run.finish()
+    return run
+
+
+# -- 4. kill -9 with AOF (appendfsync always) ------------------------------------------------
+
+
+async def kill_redis(run: Run) -> float:
+    run.server.kill9()
+    await asyncio.sleep(1.0)  # the outage
+    run.server.start()  # same port, same directory: the AOF is replayed
+    return now_ms()
+
+
+async def redis_kill9(lab: Lab, impl: str) -> Run:
+    """Redis is killed with SIGKILL (1 s outage) and restarted on the same directory with
+    ``appendonly yes`` + ``appendfsync always``: no acknowledged add or recorded outcome is
+    lost, workers reconnect and finish. Bound: lock + 2 stalled intervals + 2 s (a fetch
+    whose reply died with the server leaves its jobs locked until the lock expires)."""
+    return await redis_fault(
+        lab,
+        impl,
+        "4 Redis kill -9, AOF always",
+        kill_redis,
+        server_args=["--appendonly", "yes", "--appendfsync", "always"],
+        bound=LOCK + 2 * STALLED + 2,
+    )
+
+
+@pytest.mark.timeout(LONG)
+async def test_redis_kill9_with_aof(lab: Lab, baseline: bool) -> None:
+    node = await redis_kill9(lab, "node") if baseline else None
+    echo = await redis_kill9(lab, "echomq")
+    verdict(echo, node)
+
+
+# -- 5. SIGSTOP ------------------------------------------------------------------------------
+
+
+async def freeze_redis(run: Run) -> float:
+    run.server.freeze()
+    await asyncio.sleep(2.0)  # frozen, well under the lock duration
+    run.server.thaw()
+    return now_ms()
+
+
+async def redis_sigstop(lab: Lab, impl: str) -> Run:
+    """Redis is frozen with SIGSTOP for 2 s (< the 4 s lock), then SIGCONT: commands wait
+    and then go through. Bound: the job time + 2 s."""
+    return await redis_fault(
+        lab,
+        impl,
+        "5 Redis SIGSTOP 2 s",
+        freeze_redis,
+        server_args=[],
+        bound=JOB_MS / 1000 + 2,
+    )
+
+
+@pytest.mark.timeout(LONG)
+async def test_redis_sigstop(lab: Lab, baseline: bool) -> None:
+    node = await redis_sigstop(lab, "node") if baseline else None
+    echo = await redis_sigstop(lab, "echomq")
+    verdict(echo, node)
+
+
+# -- 6. BUSY -----------------------------------------------------------------------------------
+
+#: A foreign script that spins for ARGV[1] ms (reading the server clock), keeping Redis busy.
+SPIN = """
+local t = redis.call('TIME')
+local stop = tonumber(t[1]) * 1000000 + tonumber(t[2]) + tonumber(ARGV[1]) * 1000
+while true do
+  local n = redis.call('TIME')
+  if tonumber(n[1]) * 1000000 + tonumber(n[2]) >= stop then return 1 end
+end
+"""
+
+
+async def busy_redis(run: Run) -> float:
+    foreign = redis.asyncio.Redis.from_url(run.server.url, client_name="faults-foreign")
+    try:
+        await foreign.eval(SPIN, 0, 2000)  # others get BUSY after busy-reply-threshold
+    finally:
+        await foreign.aclose()
+    return now_ms()
+
+
+async def redis_busy(lab: Lab, impl: str) -> Run:
+    """A foreign Lua script spins for 2 s with ``busy-reply-threshold 100``: every other
+    command gets ``BUSY`` meanwhile, the finish calls of the running jobs included. Those
+    outcomes must be held and sent again once Redis answers, with the locks still renewed:
+    no duplicate, no lost outcome. Bound: the job time + 2 s."""
+    return await redis_fault(
+        lab,
+        impl,
+        "6 BUSY script 2 s",
+        busy_redis,
+        server_args=["--busy-reply-threshold", "100"],
+        bound=JOB_MS / 1000 + 2,
+        evidence="BUSY",
+    )
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(LONG)
+async def test_redis_busy_script(lab: Lab, baseline: bool) -> None:
+    node = await redis_busy(lab, "node") if baseline else None
+    echo = await redis_busy(lab, "echomq")
+    verdict(echo, node)
+
+
+# -- 7. OOM ------------------------------------------------------------------------------------
+
+MAXMEMORY = 64 * 1024 * 1024
+
+
+async def fill_redis(run: Run) -> float:
+    # 1 MB ballast keys until Redis refuses a write: it is then past maxmemory.
+    chunk, ballast = b"\0" * (1 << 20), []
+    while len(ballast) < MAXMEMORY >> 19:
+        try:
+            await run.r.set(f"faults:ballast:{len(ballast)}", chunk)
+        except redis.exceptions.OutOfMemoryError:
+            run.marks["own_errors"] = 1
+            break
+        ballast.append(f"faults:ballast:{len(ballast)}")
+    else:
+        run.problems.append("the ballast did not put Redis out of memory")
+    await asyncio.sleep(2.0)  # out of memory, well under the lock duration
+    await run.r.delete(*ballast)
+    return now_ms()
+
+
+async def redis_oom(lab: Lab, impl: str) -> Run:
+    """A ballast key takes Redis past ``maxmemory`` (``noeviction``) for 2 s, then is freed:
+    adds, fetches and lock renewals are refused with OOM meanwhile. Outcomes due then must be
+    held and recorded afterwards: no duplicate, no lost outcome. Bound: the job time + 2 s."""
+    return await redis_fault(
+        lab,
+        impl,
+        "7 OOM (noeviction) 2 s",
+        fill_redis,
+        server_args=["--maxmemory", str(MAXMEMORY), "--maxmemory-policy", "noeviction"],
+        bound=JOB_MS / 1000 + 2,
+        evidence="OOM",
+    )
+
+
+@pytest.mark.timeout(LONG)
+async def test_redis_oom(lab: Lab, baseline: bool) -> None:
+    node = await redis_oom(lab, "node") if baseline else None
+    echo = await redis_oom(lab, "echomq")
+    verdict(echo, node)
