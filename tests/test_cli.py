@@ -438,7 +438,7 @@ def test_sigterm_lets_a_running_job_finish(
     assert asyncio.run(result()) == "slow done"
 
 
-def test_second_signal_exits_at_once(
+def test_second_signal_hands_running_jobs_back_and_a_third_exits_at_once(
     start_worker: Callable[..., subprocess.Popen[bytes]],
     project: Path,
     redis_url: str,
@@ -451,10 +451,11 @@ def test_second_signal_exits_at_once(
     wait_until(lambda: "received SIGTERM" in worker_log(project), "the first signal's log line")
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=DEADLINE) == 128 + signal.SIGINT
+    assert proc.wait(timeout=DEADLINE) == 0
     assert time.monotonic() - started < 5
-    assert "received SIGINT again: exiting now" in worker_log(project)
-    assert counts(redis_url, queue_name)["active"] == 1  # left for the stalled check
+    assert "received SIGINT again: cancelling running jobs" in worker_log(project)
+    after = counts(redis_url, queue_name)
+    assert (after["active"], after["waiting"]) == (0, 1)  # handed back, not left to stall
 
 
 # -- demo ------------------------------------------------------------------------------------

@@ -455,9 +455,7 @@ async def test_graceful_close_waits_for_running_jobs(redis: Redis, queue_name: s
     assert await redis.hget(f"bull:{queue_name}:{job.id}", "returnvalue") == b'"finished"'
 
 
-async def test_close_after_grace_leaves_job_for_stalled_recovery(
-    redis: Redis, queue_name: str
-) -> None:
+async def test_close_after_grace_hands_the_job_back_to_wait(redis: Redis, queue_name: str) -> None:
     job = await echomq.add(queue_name, "g", {}, connection=redis)
     started = asyncio.Event()
 
@@ -470,7 +468,8 @@ async def test_close_after_grace_leaves_job_for_stalled_recovery(
     await asyncio.wait_for(started.wait(), 5)
     await worker.close()
     await task
-    assert await redis.lrange(f"bull:{queue_name}:active", 0, -1) == [job.id.encode()]
+    assert await redis.llen(f"bull:{queue_name}:active") == 0
+    assert await redis.lrange(f"bull:{queue_name}:wait", 0, -1) == [job.id.encode()]
     assert await redis.zscore(f"bull:{queue_name}:completed", job.id) is None
 
 

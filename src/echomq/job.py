@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,64 @@ def _opt_int(value: str | None) -> int | None:
     return None if value is None or value == "" else _int(value)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+#: Decodes ``data`` and ``opts``: strict JSON, so NaN / Infinity (which JavaScript's parser
+#: rejects) count as invalid. As fast as ``json.loads``: the hook runs only on those words.
+_decode_strict = json.JSONDecoder(parse_constant=_no_constant).decode
+
+#: Fields every add writes (BullMQ's, echomq's, and the smallest foreign producers BullMQ
+#: workers accept). A hash without them is no job a worker can run: typically one left
+#: behind by a stray write to a removed job. ``opts`` is not required: BullMQ reads a
+#: missing one as ``{}`` and processes the job.
+_REQUIRED_FIELDS = (fields.NAME, fields.DATA, fields.TIMESTAMP)
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _lenient(text: str) -> Any:
+    """What getters show for unreadable JSON: Python's reading if it has one, else ``{}``."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+
+
+def _read_payload(h: dict[str, str]) -> tuple[Any, dict[str, Any], str | None]:
+    """The job's data, its opts, and why a worker must not run it (None when it may).
+
+    Each field is decoded once; the values returned for an unfit job are the lenient ones
+    getters show.
+    """
+    data_text, opts_text = h.get(fields.DATA), h.get(fields.OPTS)
+    problems: list[str] = []
+    if data_text is None or fields.NAME not in h or fields.TIMESTAMP not in h:
+        missing = ", ".join(f for f in _REQUIRED_FIELDS if f not in h)
+        problems.append(f"job hash is missing required field(s): {missing}")
+    data: Any = {}
+    if data_text is not None:
+        try:
+            data = _decode_strict(data_text)
+        except (ValueError, RecursionError) as exc:
+            problems.append(f"job data is not valid JSON: {exc}")
+            data = _lenient(data_text)
+    opts: Any = {}
+    if opts_text is not None:
+        try:
+            opts = _decode_strict(opts_text)
+        except (ValueError, RecursionError) as exc:
+            problems.append(f"job opts is not valid JSON: {exc}")
+            opts = _lenient(opts_text)
+        else:
+            if not isinstance(opts, dict):
+                kind = "null" if opts is None else _JSON_TYPES[type(opts)]
+                problems.append(f"job opts is not a JSON object: got {kind}")
+    wire = opts if isinstance(opts, dict) else {}
+    return data, wire, "; ".join(problems) if problems else None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ParentRef:
     """The parent of a child job: its id and qualified queue name (``prefix:name``)."""
@@ -99,6 +158,9 @@ class JobData:
     deduplication_id: str | None = None
     deferred_failure: str | None = None
     wire_options: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    #: Why a worker must not run this job (unreadable ``data`` / ``opts``, or required fields
+    #: missing), or None. Getters ignore it and read such a job leniently.
+    _corruption: str | None = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def options(self) -> JobOptions:
@@ -150,13 +212,13 @@ class JobData:
 
         Decoding is lenient, as Node's: a missing or unreadable field gets its default.
         Fields absent from the hash (most of them, for a job just taken) cost one lookup.
+        What makes the job unfit to run is noted in ``_corruption`` on the way (``data`` and
+        ``opts`` are decoded once, here), for the worker to fail it instead of running it.
         """
         get = h.get
         loads = fields.loads_or
+        self.data, self.wire_options, self._corruption = _read_payload(h)
         self.name = get(fields.NAME, "")
-        self.data = loads(get(fields.DATA), {})
-        opts = loads(get(fields.OPTS), {})
-        self.wire_options = opts if isinstance(opts, dict) else {}
         self.timestamp = ms_to_datetime(_int(get(fields.TIMESTAMP))) or self.timestamp
         self.delay = _int(get(fields.DELAY)) / 1000
         self.priority = _int(get(fields.PRIORITY))

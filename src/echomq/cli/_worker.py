@@ -1,10 +1,11 @@
 """``echomq worker module:processor``: run a Worker in this process until a signal stops it.
 
 Signals: the first SIGTERM or SIGINT starts a graceful ``Worker.close()`` (stop fetching, let
-running jobs finish within ``--close-grace``); a second one exits the process at once. Jobs still
-running then stay active in Redis and the stalled check of any worker recovers them once their
-locks expire. Exit code 0 after a graceful stop, 128 + signal number after an immediate one,
-1 if a graceful stop has not completed ``close_grace`` + 15 seconds after the signal.
+running jobs finish within ``--close-grace``); a second one cuts the grace period short: running
+jobs are cancelled and handed back to ``wait`` at once. A third exits the process at once; jobs
+still running then stay active in Redis and the stalled check of any worker recovers them once
+their locks expire. Exit code 0 after a graceful stop, 128 + signal number after an immediate
+one, 1 if a graceful stop has not completed ``close_grace`` + 15 seconds after the signal.
 """
 
 from __future__ import annotations
@@ -233,15 +234,24 @@ async def serve(worker: Worker, *, stuck_after: float) -> None:
     def on_signal(sig: signal.Signals) -> None:
         if not closing:
             logger.info(
-                "received %s: finishing running jobs, then exiting (send it again to exit now)",
+                "received %s: finishing running jobs, then exiting (send it again to hand "
+                "them back to the queue now)",
                 sig.name,
             )
             closing.append(loop.create_task(worker.close(), name="echomq-cli-close"))
             watchdog.append(loop.call_later(stuck_after, on_stuck))
             return
+        if len(closing) == 1:
+            logger.warning(
+                "received %s again: cancelling running jobs and handing them back to the "
+                "queue, then exiting (a third signal exits at once)",
+                sig.name,
+            )
+            closing.append(loop.create_task(worker.close(force=True), name="echomq-cli-force"))
+            return
         logger.warning(
-            "received %s again: exiting now; running jobs stay active and the stalled check "
-            "recovers them once their locks expire",
+            "received %s a third time: exiting now; running jobs stay active and the stalled "
+            "check recovers them once their locks expire",
             sig.name,
         )
         flush_logging()

@@ -24,11 +24,19 @@
   ARGV[8]  worker limiter duration (ms), or ""
   ARGV[9]  worker name, or ""
   ARGV[10] metrics max data points, or "" (no metrics)
+  ARGV[11] "1" when this call resends one whose reply was lost (the connection broke after
+           the call was written), else "" or absent. The lost send ran entirely or not at
+           all, so a resend is made safe in two ways:
+           - an item whose job is missing or whose lock is gone is looked up where the item
+             would have put the job (completed / failed, delayed, wait or prioritized; a job
+             deleted by keepCount 0 counts as finished); found there, its code is 1;
+           - the jobs the lost send took still hold its tokens (prefix .. ARGV[5] + i - 1):
+             if any is in `active`, those jobs are returned again and no more are taken.
 
   Returns: {codes, taken, rate_limit_ttl, next_delayed_due}
-    codes: one integer per item, 0 or an error code
-      -1 job missing, -2 lock missing, -3 not active, -4 pending children (complete),
-      -6 lock held by another token, -9 failed children (complete)
+    codes: one integer per item, 0, 1 (recorded by the lost send of a resent call) or an
+      error code: -1 job missing, -2 lock missing, -3 not active, -4 pending children
+      (complete), -6 lock held by another token, -9 failed children (complete)
     taken: flat {id, token, HGETALL, ...}
 ]]
 --@include "common"
@@ -46,6 +54,7 @@ local k = {
 }
 local items = cjson.decode(ARGV[2])
 local max_metrics = tonumber(ARGV[10])
+local resend = ARGV[11] == "1"
 
 -- Release the caller's lock: 0, or -6 / -2 (nothing written yet in that case).
 local function release_lock(job_key, job_id, token)
@@ -259,6 +268,40 @@ local function move_to_delayed(item, job_id, job_key, max_len)
     "delay", int_str(due))
 end
 
+-- Resent call: was this item recorded by the send whose reply was lost?
+local function recorded_before(kind, job_id, keep_count)
+  if kind == "C" or kind == "F" then
+    if keep_count == 0 and redis.call("EXISTS", base .. job_id) == 0 then
+      return true
+    end
+    local target = base .. (kind == "C" and "completed" or "failed")
+    return redis.call("ZSCORE", target, job_id) ~= false
+  elseif kind == "D" then
+    return redis.call("ZSCORE", k.delayed, job_id) ~= false
+  end
+  return redis.call("ZSCORE", k.prioritized, job_id) ~= false
+    or redis.call("LPOS", k.wait, job_id) ~= false
+end
+
+-- Resent call: the jobs of `active` locked with a token the lost send handed out.
+local function taken_before(want)
+  local tokens = {}
+  local first = tonumber(ARGV[5])
+  for i = 1, want do
+    tokens[ARGV[4] .. int_str(first + i - 1)] = true
+  end
+  local taken = {}
+  for _, id in ipairs(redis.call("LRANGE", k.active, 0, -1)) do
+    local token = redis.call("GET", base .. id .. ":lock")
+    if token and tokens[token] then
+      taken[#taken + 1] = id
+      taken[#taken + 1] = token
+      taken[#taken + 1] = redis.call("HGETALL", base .. id)
+    end
+  end
+  return taken
+end
+
 local codes = {}
 local any_delayed = false
 local any_finished = false
@@ -287,6 +330,10 @@ if #items > 0 then
     else
       code = release_lock(job_key, job_id, token)
     end
+    if resend and (code == -1 or code == -2)
+        and recorded_before(kind, job_id, tonumber(item[6]) or -1) then
+      code = 1
+    end
     if code == 0 then
       local fields = item[9]
       if type(fields) == "table" and #fields > 0 then
@@ -314,7 +361,10 @@ end
 
 local want = tonumber(ARGV[3])
 local fetched = {{}, 0, 0}
-if want > 0 then
+local again = want > 0 and resend and taken_before(want) or {}
+if #again > 0 then
+  fetched = {again, 0, 0, {}}
+elseif want > 0 then
   fetched = fetch_jobs(base, k, now, want, {
     token_prefix = ARGV[4], token_start = tonumber(ARGV[5]), lock_ms = ARGV[6],
     limiter_max = tonumber(ARGV[7]), limiter_duration = tonumber(ARGV[8]), name = ARGV[9],
@@ -329,4 +379,4 @@ if any_finished and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 the
     redis.call("XADD", k.events, "*", "event", "drained")
   end
 end
-return {codes, fetched[1], fetched[2], fetched[3]}
+return {codes, fetched[1], fetched[2], fetched[3], dangling_jobs}

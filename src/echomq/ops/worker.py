@@ -44,14 +44,38 @@ class Fetched:
     hash: dict[str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class Dangling:
+    """An id found in a state structure (``wait``, ``prioritized``, ``delayed`` or ``active``)
+    whose job hash does not exist; the script removed it from that structure."""
+
+    id: str
+    structure: str
+
+
 @dataclass(slots=True)
 class FinishReply:
-    """The reply of finishAndFetch."""
+    """The reply of finishAndFetch.
+
+    ``dangling`` lists the ids the call dropped because their job hash was missing (from
+    ``wait`` or ``prioritized`` while fetching, from ``delayed`` while promoting due jobs),
+    in the order found; none of them took a slot.
+    """
 
     codes: list[int]
     jobs: list[Fetched]
     rate_limit_ttl_ms: int
     next_delayed_ms: int
+    dangling: list[Dangling]
+
+
+@dataclass(slots=True)
+class StalledReply:
+    """The reply of the stalled check: ids moved back to wait, and dangling ids (no job hash)
+    removed from ``active``."""
+
+    recovered: list[str]
+    dangling: list[str]
 
 
 def finish_item(
@@ -90,7 +114,9 @@ def _parse_reply(reply: Any) -> FinishReply:
         Fetched(to_str(flat[i]), to_str(flat[i + 1]), flat_to_dict(flat[i + 2]))
         for i in range(0, len(flat), 3)
     ]
-    return FinishReply(codes, jobs, int(reply[2]), int(reply[3]))
+    pairs = reply[4]
+    dangling = [Dangling(to_str(pairs[i]), to_str(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+    return FinishReply(codes, jobs, int(reply[2]), int(reply[3]), dangling)
 
 
 def finish_and_fetch(
@@ -100,8 +126,14 @@ def finish_and_fetch(
     token_start: int,
     params: FetchParams,
     now: int,
+    *,
+    resend: bool = False,
 ) -> ScriptOp[FinishReply]:
-    """Record ``items`` then take up to ``fetch`` jobs, in one script call."""
+    """Record ``items`` then take up to ``fetch`` jobs, in one script call.
+
+    With ``resend``, the call repeats one whose reply was lost (same items, same tokens): the
+    script reports items the lost call recorded with code 1 and returns the jobs it took.
+    """
     return ScriptOp(
         scripts.get("finishAndFetch"),
         [keys.base],
@@ -116,6 +148,7 @@ def finish_and_fetch(
             "" if params.limiter_duration_ms is None else params.limiter_duration_ms,
             params.name,
             "" if params.metrics_max_points is None else params.metrics_max_points,
+            "1" if resend else "",
         ],
         _parse_reply,
     )
@@ -133,10 +166,15 @@ def extend_locks(
     )
 
 
+def _parse_stalled(reply: Any) -> StalledReply:
+    return StalledReply([to_str(x) for x in reply[0]], [to_str(x) for x in reply[1]])
+
+
 def move_stalled_jobs_to_wait(
     keys: QueueKeys, max_stalled_count: int, stalled_interval_ms: int, now: int
-) -> ScriptOp[list[str]]:
-    """The fleet-wide stalled check (CORE.md 7.10); returns the recovered ids."""
+) -> ScriptOp[StalledReply]:
+    """The fleet-wide stalled check: the ids it moved back to wait, and the dangling ids (no
+    job hash) it removed from active."""
     return ScriptOp(
         scripts.get("moveStalledJobsToWait"),
         [
@@ -150,7 +188,7 @@ def move_stalled_jobs_to_wait(
             keys.repeat,
         ],
         [keys.base, max_stalled_count, now, stalled_interval_ms],
-        lambda reply: [to_str(x) for x in reply],
+        _parse_stalled,
     )
 
 

@@ -12,6 +12,9 @@ PARENT_JOB_CANNOT_BE_REPLACED = -7
 JOB_BELONGS_TO_JOB_SCHEDULER = -8
 JOB_HAS_FAILED_CHILDREN = -9
 
+#: finishAndFetch, resent after a lost reply: the lost send had already recorded this item.
+RECORDED_BEFORE = 1
+
 #: Rate-limiter value written by a manual rate limit (Number.MAX_SAFE_INTEGER).
 MANUAL_RATE_LIMIT = "9007199254740991"
 

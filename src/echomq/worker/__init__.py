@@ -5,7 +5,9 @@ A worker pulls jobs off a queue's keys with one atomic script call at a time, ru
 call is in flight are recorded together in the next call, which also takes the next jobs, so a
 busy worker needs about one script call per batch of jobs instead of two per job. Idle, it
 blocks on the marker key. Constructing a Worker does nothing; ``run()`` or ``async with``
-starts it, ``close()`` stops it in two phases (stop fetching, wait a grace period, cancel).
+starts it, ``close()`` stops it in two phases (stop fetching, wait a grace period, cancel and
+hand back); ``_lifecycle`` holds the states and what each allows. Outcomes that meet a busy,
+full or unreachable Redis are held and retried while their locks are renewed (``_outages``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -35,16 +38,21 @@ from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._backoff import BackoffStrategy
 from ._execute import JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
+from ._lifecycle import Lifecycle, WorkerState
 from ._locks import LockRenewer
+from ._outages import Outage, OutageLog, call_through_outages, classify
 from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
 
-__all__ = ["BackoffStrategy", "Processor", "Worker"]
+__all__ = ["FINISH_DEADLINE", "BackoffStrategy", "Processor", "Worker", "WorkerState"]
 
 logger = logging.getLogger("echomq.worker")
 
 #: Node's maximumRateLimitDelay: never sleep longer than this for a rate limit.
 MAX_RATE_LIMIT_DELAY = 30.0
+#: Seconds ``close()`` keeps trying, after the grace period, to record outcomes and hand jobs
+#: back through a busy or unreachable Redis (the CLI's own stop deadline is 15 s later).
+FINISH_DEADLINE = 10.0
 
 
 @dataclass(slots=True)
@@ -96,19 +104,24 @@ class Worker:
         self._schedulers = SchedulerContinuer(self._keys, self._conn)
         check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
+        self._life = Lifecycle()
         self._token_counter = 0
-        self._running: dict[str, asyncio.Task[None]] = {}  # token -> processor task
+        self._running: dict[str, asyncio.Task[None]] = {}  # token -> task running its processor
         self._held: dict[str, str] = {}  # token -> job id, for every job we hold in `active`
         self._pending: list[_Finished] = []
         self._reserved = 0
-        self._state = "new"
         self._paused = False
         self._rate_limit_until = 0.0
         self._empty_hint = False
         self._next_delayed = 0
+        self._fetch_idle = False  # the fetch loop waits (no call in flight): safe to cancel
+        self._flush_owner: asyncio.Task[Any] | None = None  # a job task recording outcomes
+        self._close_deadline: float | None = None
+        self._handing_back: dict[str, asyncio.Task[None]] = {}  # token -> hand-back task
         self._wake: asyncio.Event | None = None
         self._flush: asyncio.Event | None = None
         self._flush_lock: asyncio.Lock | None = None
+        self._cut_grace: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter: MarkerWaiter | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -122,9 +135,14 @@ class Worker:
         return self._keys.name
 
     @property
+    def state(self) -> WorkerState:
+        """Where the worker is in its life: new, running, closing or closed."""
+        return self._life.state
+
+    @property
     def is_running(self) -> bool:
-        """True between the start of ``run()`` and the end of ``close()``."""
-        return self._state == "running"
+        """True between the start of ``run()`` and the start of ``close()``."""
+        return self._life.state is WorkerState.RUNNING
 
     @property
     def is_paused(self) -> bool:
@@ -133,12 +151,13 @@ class Worker:
 
     async def run(self) -> None:
         """Process jobs until :meth:`close` is called (from another task or a signal handler)."""
-        if self._state != "new":
+        if self._life.state is not WorkerState.NEW:
             raise RuntimeError("a Worker runs once; create a new one")
-        self._state = "running"
+        self._life.move(WorkerState.RUNNING)
         self._wake = asyncio.Event()
         self._flush = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        self._cut_grace = asyncio.Event()
         self._stopped = asyncio.Event()
         opts = self.options
         self._executor = ThreadPoolExecutor(
@@ -166,60 +185,70 @@ class Worker:
             to_seconds(opts.stalled_interval, "stalled_interval"),
             opts.max_stalled_count,
         )
-        fetch_task = asyncio.create_task(self._fetch_loop(), name=f"echomq-fetch-{self.name}")
+        life = self._life
         self._tasks = [
-            fetch_task,
+            asyncio.create_task(self._fetch_loop(), name=f"echomq-fetch-{self.name}"),
             asyncio.create_task(self._finish_loop(), name=f"echomq-finish-{self.name}"),
-            asyncio.create_task(renewer.run(self._is_running), name=f"echomq-locks-{self.name}"),
-            asyncio.create_task(checker.run(self._is_running), name=f"echomq-stalled-{self.name}"),
+            asyncio.create_task(renewer.run(life.may_renew), name=f"echomq-locks-{self.name}"),
+            asyncio.create_task(
+                checker.run(life.may_check_stalled), name=f"echomq-stalled-{self.name}"
+            ),
         ]
         logger.info("worker %s started on queue %s", self.id, self.name)
         try:
             await self._stopped.wait()
         finally:
-            if self._state == "running":  # run() itself was cancelled
+            if self.is_running:  # run() itself was cancelled
                 await self.close()
 
     async def close(self, *, force: bool = False) -> None:
         """Stop fetching, let running jobs finish (up to ``close_grace``), then cancel the rest.
 
-        Jobs cancelled here stay active in Redis and are recovered by the stalled check once
-        their locks expire.
+        Locks of every job the worker holds are renewed until its outcome is recorded, so no
+        other worker takes a job that is still running here. Jobs cancelled at the end of
+        the grace period (or at once with ``force``) go back to the front of ``wait`` at once,
+        their attempt not counted as made (as a rate-limited job), for any worker to take.
+        Outcomes that meet a busy or unreachable Redis are retried for up to
+        :data:`FINISH_DEADLINE` seconds after the grace period.
+
+        Calling ``close()`` again while closing waits for the first call; with ``force`` it
+        also cuts the grace period short.
 
         Args:
             force: cancel running jobs at once instead of waiting for them.
         """
-        if self._state != "running":
-            if self._state == "new":
-                self._state = "closed"
-                await self._conn.aclose()
-            return
-        self._state = "closing"
-        assert self._wake is not None and self._flush is not None and self._stopped is not None
-        if not self._tasks:  # run() failed before it started its loops
+        life = self._life
+        if life.state is WorkerState.NEW:
+            life.move(WorkerState.CLOSED)
             await self._conn.aclose()
-            self._state = "closed"
-            self._stopped.set()
             return
-        fetch_task, finish_task, *others = self._tasks
-        # The loops also watch the state, in case a cancellation is absorbed mid-command.
-        self._wake.set()
-        await stop_tasks([fetch_task])
-        running = list(self._running.values())
-        if running and not force:
-            grace = to_seconds(self.options.close_grace, "close_grace")
-            await asyncio.wait(running, timeout=grace)
-        await stop_tasks(list(self._running.values()))
+        assert self._stopped is not None and self._cut_grace is not None
+        if life.state is not WorkerState.RUNNING:
+            if force:
+                self._cut_grace.set()
+            await self._stopped.wait()
+            return
+        life.move(WorkerState.CLOSING)
+        if force:
+            self._cut_grace.set()
+        if not self._tasks:  # run() failed before it started its loops
+            await self._end()
+            return
+        fetch_task, finish_task, renew_task, stalled_task = self._tasks
+        self._wake_fetcher()
+        if self._fetch_idle:  # a call in flight is never cut: its jobs are handed back
+            fetch_task.cancel()
+        await stop_tasks([stalled_task])
+        await self._wait_grace()
+        loop = asyncio.get_running_loop()
+        self._close_deadline = loop.time() + FINISH_DEADLINE
+        await stop_tasks([t for t in self._running.values() if t is not self._flush_owner])
+        assert self._flush is not None
         self._flush.set()  # record what finished; the finisher returns once nothing is pending
-        await asyncio.wait([finish_task], timeout=10.0)
-        await stop_tasks([finish_task, *others])
-        if self._waiter is not None:
-            await self._waiter.aclose()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-        await self._conn.aclose()
-        self._state = "closed"
-        self._stopped.set()
+        await asyncio.wait([finish_task], timeout=FINISH_DEADLINE + 1)
+        await self._hand_back_held()
+        await stop_tasks([fetch_task, finish_task, renew_task])
+        await self._end()
         logger.info("worker %s on queue %s closed", self.id, self.name)
 
     async def pause(self, *, wait_for_active: bool = True) -> None:
@@ -231,8 +260,7 @@ class Worker:
     def resume(self) -> None:
         """Take jobs again after :meth:`pause`."""
         self._paused = False
-        if self._wake is not None:
-            self._wake.set()
+        self._wake_fetcher()
 
     async def rate_limit(self, duration: float) -> None:
         """Stop this queue's workers from taking jobs for ``duration`` seconds.
@@ -249,7 +277,7 @@ class Worker:
     async def __aenter__(self) -> Worker:
         task = asyncio.create_task(self.run(), name=f"echomq-worker-{self.name}")
         self._run_task = task
-        while self._state == "new":
+        while self._life.state is WorkerState.NEW:
             await asyncio.sleep(0)
         return self
 
@@ -262,13 +290,98 @@ class Worker:
         await self.close()
         await asyncio.gather(self._run_task, return_exceptions=True)
 
+    # -- closing ---------------------------------------------------------------------------------
+
+    async def _wait_grace(self) -> None:
+        """Wait for running jobs until they end, the grace period ends, or it is cut short."""
+        assert self._cut_grace is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + to_seconds(self.options.close_grace, "close_grace")
+        while self._running and not self._cut_grace.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            cut = asyncio.ensure_future(self._cut_grace.wait())
+            try:
+                await asyncio.wait(
+                    [*self._running.values(), cut],
+                    timeout=left,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                cut.cancel()
+
+    async def _hand_back_held(self) -> None:
+        """Hand back every job still held whose outcome is not waiting to be recorded."""
+        pending = {f.token for f in self._pending}
+        for token, job_id in list(self._held.items()):
+            if token not in pending:
+                self._spawn_hand_back(job_id, token, "the worker closed before it finished")
+        if self._handing_back:
+            await asyncio.wait(list(self._handing_back.values()), timeout=FINISH_DEADLINE + 1)
+
+    async def _end(self) -> None:
+        if self._waiter is not None:
+            await self._waiter.aclose()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        await self._conn.aclose()
+        self._life.move(WorkerState.CLOSED)
+        assert self._stopped is not None
+        self._stopped.set()
+
+    def _give_up(self) -> bool:
+        """Whether a call meeting an outage should stop retrying: only once ``close()`` has
+        passed its deadline. A running worker keeps trying while its locks are renewed."""
+        deadline = self._close_deadline
+        return deadline is not None and asyncio.get_running_loop().time() > deadline
+
+    def _spawn_hand_back(self, job_id: str, token: str, why: str) -> None:
+        if token in self._handing_back:
+            return
+        self._handing_back[token] = asyncio.create_task(
+            self._hand_back(job_id, token, why), name=f"echomq-hand-back-{job_id}"
+        )
+
+    async def _hand_back(self, job_id: str, token: str, why: str) -> None:
+        """Put a held job back at the front of ``wait`` now (its lock stays renewed until
+        then), rather than leave it to the stalled check."""
+        op = wops.move_job_from_active_to_wait(self._keys, job_id, token)
+        log = OutageLog(f"queue={self.name} job={job_id} hand back")
+        try:
+            code = await call_through_outages(
+                log.what, lambda _resend: self._conn.run(op), self._give_up, log=log
+            )
+        except Exception as exc:  # a script error: the stalled check recovers the job
+            code = None
+            logger.error("queue=%s job=%s could not be handed back: %s", self.name, job_id, exc)
+        finally:
+            self._held.pop(token, None)
+            self._handing_back.pop(token, None)
+        if code is None:
+            logger.warning(
+                "queue=%s job=%s not handed back (Redis unavailable); the stalled check will "
+                "recover it once its lock expires",
+                self.name,
+                job_id,
+            )
+        elif code >= 0 or (code == codes.JOB_LOCK_NOT_EXIST and log.resent):
+            logger.info(
+                "queue=%s job=%s handed back to wait: %s",
+                self.name,
+                job_id,
+                why,
+                extra={"queue": self.name, "job_id": job_id, "status": "handed-back"},
+            )
+        else:
+            logger.warning(
+                "queue=%s job=%s not handed back: %s",
+                self.name,
+                job_id,
+                error_for_code(code, job_id=job_id, command="hand back", state="active"),
+            )
+
     # -- internals -------------------------------------------------------------------------------
-
-    def _stopping(self) -> bool:
-        return self._state != "running"
-
-    def _is_running(self) -> bool:
-        return self._state == "running"
 
     def _free_slots(self, *, for_finisher: bool = False) -> int:
         """Slots a fetch may fill now.
@@ -276,7 +389,7 @@ class Worker:
         Slots of jobs whose outcome waits to be recorded belong to the finisher, which takes
         the next jobs in the same call; the fetch loop only fills the others.
         """
-        if self._paused or self._state != "running":
+        if self._paused or not self._life.may_fetch():
             return 0
         if time.monotonic() < self._rate_limit_until:
             return 0
@@ -297,27 +410,75 @@ class Worker:
             metrics_max_points=opts.metrics_max_data_points,
         )
 
-    async def _call(self, items: list[list[Any]], fetch: int) -> wops.FinishReply | None:
-        """One finishAndFetch call, retried through connection trouble."""
+    async def _call(
+        self, items: list[list[Any]], fetch: int, log: OutageLog | None = None
+    ) -> wops.FinishReply | None:
+        """One finishAndFetch call, carried through outages (None: gave up while closing).
+
+        After a lost reply the call is resent in the script's resend mode, with the same items
+        and tokens, so that nothing is recorded twice and the jobs the lost call took are
+        returned again rather than left for the stalled check.
+        """
         self._reserved += fetch
         start = self._token_counter
         self._token_counter += fetch
+        keys, params = self._keys, self._fetch_params
         try:
-            op = wops.finish_and_fetch(
-                self._keys, items, fetch, start, self._fetch_params, now_ms()
-            )
-            return await retrying("finishAndFetch", lambda: self._conn.run(op), self._stopping)
+            try:  # the common case, without the retry machinery
+                op = wops.finish_and_fetch(keys, items, fetch, start, params, now_ms())
+                return await self._conn.run(op)
+            except Exception as exc:
+                kind = classify(exc)
+                if kind is None:
+                    raise
+                log = log or OutageLog(f"queue={self.name} finishAndFetch")
+                log.failed(exc, kind)
+                first_resend = kind is Outage.REPLY_LOST
+
+            def attempt(resend: bool) -> Awaitable[wops.FinishReply]:
+                op = wops.finish_and_fetch(
+                    keys, items, fetch, start, params, now_ms(), resend=resend or first_resend
+                )
+                return self._conn.run(op)
+
+            def give_up() -> bool:
+                # a plain fetch is dropped once fetching stops, unless its jobs must be found
+                idle_fetch = not items and not first_resend and not self._life.may_fetch()
+                return idle_fetch or self._give_up()
+
+            if give_up():
+                return None
+            return await call_through_outages(log.what, attempt, give_up, log=log)
         finally:
             self._reserved -= fetch
 
     def _dispatch(self, reply: wops.FinishReply, *, keep_one: bool = False) -> Job | None:
         """Start the jobs a call took, each in its own task; with ``keep_one`` the first is
-        returned instead, for the calling job task to run next (saving a task switch)."""
+        returned instead, for the calling job task to run next (saving a task switch).
+
+        Jobs a call returns once the worker is closing are handed back at once."""
         kept: Job | None = None
+        for gone in reply.dangling:
+            logger.warning(
+                "queue=%s job=%s was in %s but its hash is missing; removed",
+                self.name,
+                gone.id,
+                gone.structure,
+                extra={
+                    "queue": self.name,
+                    "job_id": gone.id,
+                    "status": "dangling",
+                    "structure": gone.structure,
+                },
+            )
+        closing = not self._life.may_fetch()
         for fetched in reply.jobs:
+            self._held[fetched.token] = fetched.id
+            if closing:
+                self._spawn_hand_back(fetched.id, fetched.token, "taken while closing")
+                continue
             job = Job.from_hash(fetched.id, fetched.hash, self._keys, self._conn)
             job._token = fetched.token
-            self._held[fetched.token] = fetched.id
             if keep_one and kept is None:
                 kept = job
                 self._running[fetched.token] = asyncio.current_task()  # type: ignore[assignment]
@@ -331,27 +492,36 @@ class Worker:
         self._next_delayed = reply.next_delayed_ms
         return kept
 
+    async def _idle(self, awaitable: Awaitable[Any]) -> None:
+        """Await something the fetch loop may be cancelled in (no call in flight)."""
+        self._fetch_idle = True
+        try:
+            await awaitable
+        finally:
+            self._fetch_idle = False
+
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
         waiter, backoff = self._waiter, Backoff()
+        life = self._life
         # Connect the blocking connection now, so `get_workers` lists this worker at once.
-        await retrying("connect", waiter.connect, self._stopping)
-        while self._state == "running":
+        stopping = lambda: not life.may_fetch()  # noqa: E731
+        await self._idle(retrying("connect", waiter.connect, stopping))
+        while life.may_fetch():
             try:
                 wait = self._rate_limit_until - time.monotonic()
                 if wait > 0:
-                    await asyncio.sleep(wait)
+                    await self._idle(asyncio.sleep(wait))
                     continue
                 if self._free_slots() <= 0:
                     self._wake.clear()
-                    await self._wake.wait()
+                    await self._idle(self._wake.wait())
                     continue
                 if self._empty_hint:
                     self._empty_hint = False
-                    await waiter.wait(self._next_delayed)
+                    await self._idle(waiter.wait(self._next_delayed))
                     continue
-                free = self._free_slots()
-                reply = await self._call([], free)
+                reply = await self._call([], self._free_slots())
                 if reply is None:
                     return
                 self._dispatch(reply)
@@ -361,29 +531,35 @@ class Worker:
                 raise
             except TRANSIENT as exc:
                 logger.warning("fetching failed (%s: %s); retrying", type(exc).__name__, exc)
-                await backoff.sleep()
+                await self._idle(backoff.sleep())
             except Exception as exc:  # the loop must never die silently
                 logger.exception("fetch loop error (%s); retrying", exc)
-                await backoff.sleep()
+                await self._idle(backoff.sleep())
 
     async def _execute(self, job: Job | None) -> None:
         """Run a job; then, when it was the only one running and no finish call is in flight,
         record its outcome and take the next job in this same task (one script call and no
         task switch per job); otherwise the finisher records it with the next batch."""
         assert self._flush is not None and self._flush_lock is not None
+        task = asyncio.current_task()
         while job is not None:
             token = job._token or ""
+            if not self._life.may_fetch():  # kept for this task while the worker began closing
+                self._running.pop(token, None)
+                self._spawn_hand_back(job.id, token, "taken while closing")
+                return
             started = time.monotonic()
             try:
                 if job.repeat_job_key:  # an iteration of a job scheduler: make the next one first
                     await self._schedulers.on_taken(job)
                 outcome = await self._runner.run(job, token)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError:  # closing: close() hands the job back
                 self._running.pop(token, None)
                 raise
-            except Exception as exc:  # a bug of ours; leave the job to the stalled check
+            except Exception as exc:  # a bug of ours: hand the job back rather than hold it
                 logger.exception("job %s: unexpected worker error: %s", job.id, exc)
                 self._running.pop(token, None)
+                self._spawn_hand_back(job.id, token, f"unexpected worker error: {exc}")
                 return
             self._running.pop(token, None)
             if outcome.item is None:
@@ -392,13 +568,17 @@ class Worker:
                 self._wake_fetcher()
                 return
             self._pending.append(_Finished(job, token, outcome, started))
-            if self._running or self._flush_lock.locked() or self._state != "running":
+            if self._running or self._flush_lock.locked() or not self._life.may_fetch():
                 # other jobs are running (their outcomes will share the next call), or a call
                 # is in flight: the finisher records the batch
                 self._flush.set()
                 return
             async with self._flush_lock:
-                job = await self._flush_pending(keep_one=True)
+                self._flush_owner = task
+                try:
+                    job = await self._flush_pending(keep_one=True)
+                finally:
+                    self._flush_owner = None
 
     async def _flush_pending(self, *, keep_one: bool = False) -> Job | None:
         """Record every pending outcome (the lock is held); returns a job kept for the caller."""
@@ -426,7 +606,7 @@ class Worker:
             self._flush.clear()
             async with self._flush_lock:
                 await self._flush_pending()
-            if self._state != "running" and not self._running:
+            if not self._life.may_fetch() and not self._running and not self._pending:
                 return
 
     async def _flush_once(self, *, keep_one: bool = False) -> Job | None:
@@ -435,16 +615,27 @@ class Worker:
             batch, self._pending = batch[:1], batch[1:] + self._pending
         fetch = max(self._free_slots(for_finisher=True), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
+        log = OutageLog(f"queue={self.name} recording {len(batch)} outcome(s)")
         try:
-            reply = await self._call(items, fetch)
+            reply = await self._call(items, fetch, log)
         except ResponseError as exc:
             await self._record_one_by_one(batch, exc)
             self._wake_fetcher()
             return None
-        if reply is None:  # stopping while Redis is unreachable: the stalled check recovers
+        if reply is None:  # closing, and Redis stayed unavailable past the deadline
+            for finished in batch:
+                self._held.pop(finished.token, None)
+                logger.error(
+                    "queue=%s job=%s outcome %s may not be recorded: Redis stayed unavailable "
+                    "(%s) until the worker had to close; the stalled check recovers the job",
+                    self.name,
+                    finished.job.id,
+                    finished.outcome.status,
+                    log.last_error,
+                )
             return None
         for finished, code in zip(batch, reply.codes):
-            self._record(finished, code)
+            self._record(finished, code, log)
         kept = self._dispatch(reply, keep_one=keep_one)
         if len(reply.jobs) < fetch or any(code < 0 for code in reply.codes):
             # the queue ran dry (or a slot was not refilled): the fetch loop takes over
@@ -452,10 +643,24 @@ class Worker:
             self._wake_fetcher()
         return kept
 
-    def _record(self, finished: _Finished, code: int, *, after_error: bool = False) -> None:
+    def _record(
+        self,
+        finished: _Finished,
+        code: int,
+        log: OutageLog | None = None,
+        *,
+        after_error: bool = False,
+    ) -> None:
         self._held.pop(finished.token, None)
         if code >= 0:
             log_outcome(self.name, finished.job, finished.outcome, finished.started)
+            if code == codes.RECORDED_BEFORE:
+                logger.info(
+                    "queue=%s job=%s outcome %s had been recorded by a call whose reply was lost",
+                    self.name,
+                    finished.job.id,
+                    finished.outcome.status,
+                )
         elif after_error and code in (codes.JOB_LOCK_NOT_EXIST, codes.JOB_NOT_IN_STATE):
             # The failed call wrote this outcome before erroring (scripts are not rolled back).
             logger.info(
@@ -465,7 +670,8 @@ class Worker:
                 finished.outcome.status,
             )
         else:
-            self._report_refused(finished, code)
+            cause = log.last_error if log is not None else None
+            self._report_refused(finished, code, cause)
 
     async def _record_one_by_one(self, batch: list[_Finished], error: ResponseError) -> None:
         """A batch call failed with a script error: record each outcome on its own, so one
@@ -489,27 +695,42 @@ class Worker:
                 continue
             if reply is not None:
                 self._record(finished, reply.codes[0], after_error=True)
+            else:
+                self._held.pop(finished.token, None)
 
-    def _report_refused(self, finished: _Finished, code: int) -> None:
+    def _report_refused(
+        self, finished: _Finished, code: int, cause: BaseException | None = None
+    ) -> None:
         error: ScriptError = error_for_code(
             code,
             job_id=finished.job.id,
             command=f"finish ({finished.outcome.status})",
             state="active",
         )
+        because = ""
+        if cause is not None and code in (codes.JOB_LOCK_NOT_EXIST, codes.JOB_LOCK_MISMATCH):
+            because = f" (the lock expired while Redis was unavailable: {cause})"
         logger.warning(
-            "queue=%s job=%s outcome %s not recorded: %s",
+            "queue=%s job=%s outcome %s not recorded: %s%s",
             self.name,
             finished.job.id,
             finished.outcome.status,
             error,
+            because,
         )
 
     async def _rate_limited(self, job: Job, token: str) -> None:
         op = wops.move_job_from_active_to_wait(self._keys, job.id, token)
-        ttl = await self._conn.run(op)
-        self._held.pop(token, None)
-        if ttl < 0:
+        log = OutageLog(f"queue={self.name} job={job.id} rate limit")
+        try:
+            ttl = await call_through_outages(
+                log.what, lambda _resend: self._conn.run(op), self._give_up, log=log
+            )
+        finally:
+            self._held.pop(token, None)
+        if ttl is None:
+            return
+        if ttl < 0 and not (ttl == codes.JOB_LOCK_NOT_EXIST and log.resent):
             raise error_for_code(ttl, job_id=job.id, command="rate limit", state="active")
         if ttl > 0:
             self._rate_limit_until = time.monotonic() + min(ttl / 1000, MAX_RATE_LIMIT_DELAY)

@@ -119,7 +119,14 @@ class JobRunner:
         return Outcome(item, "failed", reason)
 
     async def run(self, job: Job, token: str) -> Outcome:
-        """Run ``job`` (already active, locked with ``token``) and decide its outcome."""
+        """Run ``job`` (already active, locked with ``token``) and decide its outcome.
+
+        A job that cannot be read (its ``data`` or ``opts`` is not valid JSON, or its hash
+        lacks a required field) fails at once, without retries and without running the
+        processor: running it with an empty payload would report a success that never was.
+        """
+        if job._corruption is not None:
+            return self._refuse_corrupt(job, token, job._corruption)
         if job.deferred_failure is not None:
             return self._fail(job, token, UnrecoverableError(job.deferred_failure))
         limit = self._options.max_started_attempts
@@ -150,6 +157,16 @@ class JobRunner:
             keep=self._keep(job, completed=True),
         )
         return Outcome(item, "completed")
+
+    def _refuse_corrupt(self, job: Job, token: str, reason: str) -> Outcome:
+        logger.warning(
+            "queue=%s job=%s is corrupt (%s); failed without running the processor",
+            job.queue_name,
+            job.id,
+            reason,
+            extra={"queue": job.queue_name, "job_id": job.id, "status": "corrupt"},
+        )
+        return self._fail(job, token, UnrecoverableError(reason))
 
     async def _on_error(self, job: Job, token: str, error: Exception) -> Outcome:
         attempts_made = job.attempts_made + 1

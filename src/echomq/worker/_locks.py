@@ -1,7 +1,9 @@
 """Lock renewal: every interval, all locks of a worker are renewed in one script call.
 
 A lock that could not be renewed is reported; the job keeps running (as in Node) and its
-finish will be refused by the script, after which the stalled checker deals with it.
+finish will be refused by the script, after which the stalled checker deals with it. The
+renewer runs in every worker state that holds jobs (running and closing), so a job waiting
+for its outcome to be recorded never loses its lock to a worker that is shutting down.
 """
 
 from __future__ import annotations
@@ -52,10 +54,25 @@ class LockRenewer:
         return lost
 
     async def run(self, keep_going: Callable[[], bool]) -> None:
-        """Renew until cancelled or ``keep_going()`` turns false."""
+        """Renew until cancelled or ``keep_going()`` turns false.
+
+        A renewal that fails (Redis busy, loading, unreachable) is tried again within
+        milliseconds, backing off up to the renewal interval, so that a short outage does not
+        eat the lock's remaining time.
+        """
+        delay = self._interval
+        failures = 0
         while keep_going():
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(delay)
             try:
                 await self.renew_once()
             except TRANSIENT as exc:
-                logger.warning("lock renewal failed (%s: %s); will retry", type(exc).__name__, exc)
+                if failures % 20 == 0:
+                    logger.warning(
+                        "lock renewal failed (%s: %s); retrying", type(exc).__name__, exc
+                    )
+                failures += 1
+                delay = min(0.025 * 2 ** min(failures, 10), self._interval)
+                continue
+            failures = 0
+            delay = self._interval

@@ -35,25 +35,51 @@ class StalledChecker:
         self._max = max_stalled_count
 
     async def check_once(self) -> list[str]:
-        """Run one check; returns the ids moved back to wait."""
+        """Run one check; returns the ids moved back to wait.
+
+        Ids the check removed from active because their job hash is missing are logged (one
+        WARNING each), not returned.
+        """
         op = wops.move_stalled_jobs_to_wait(
             self._keys, self._max, round(self._interval * 1000), now_ms()
         )
-        recovered = await self._conn.run(op)
-        for job_id in recovered:
+        reply = await self._conn.run(op)
+        queue = self._keys.name
+        for job_id in reply.recovered:
             logger.warning(
                 "queue=%s job=%s stalled (its worker lost the lock); moved back to wait",
-                self._keys.name,
+                queue,
                 job_id,
-                extra={"queue": self._keys.name, "job_id": job_id, "status": "stalled"},
+                extra={"queue": queue, "job_id": job_id, "status": "stalled"},
             )
-        return recovered
+        for job_id in reply.dangling:
+            logger.warning(
+                "queue=%s job=%s was in active but its hash is missing; removed",
+                queue,
+                job_id,
+                extra={
+                    "queue": queue,
+                    "job_id": job_id,
+                    "status": "dangling",
+                    "structure": "active",
+                },
+            )
+        return reply.recovered
 
     async def run(self, keep_going: Callable[[], bool]) -> None:
-        """Check until cancelled or ``keep_going()`` turns false."""
+        """Check until cancelled or ``keep_going()`` turns false.
+
+        After each check come the server checks (``echomq._server_checks.ServerWatch``): the
+        eviction policy after the first, the clock skew after every one. They only log, and
+        never delay a stalled check.
+        """
+        from .._server_checks import ServerWatch  # kept inside: this file's imports are shared
+
+        server = ServerWatch(self._conn)
         while keep_going():
             try:
                 await self.check_once()
             except TRANSIENT as exc:
                 logger.warning("stalled check failed (%s: %s)", type(exc).__name__, exc)
+            await server.check()
             await asyncio.sleep(self._interval)

@@ -1,5 +1,18 @@
 -- Taking jobs for a worker: promotion of due delayed jobs, rate limit, global concurrency,
 -- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common".
+--
+-- Dangling ids (an id in wait, prioritized or delayed whose job hash does not exist) are
+-- dropped from their structure instead of being moved on: writing the lock, processedOn or
+-- the delay would create a partial hash, and a worker would then run a job that has no data.
+-- Every one dropped during the script is appended to `dangling_jobs` as {id, structure}, so
+-- the caller can return them and the client can report each one.
+
+local dangling_jobs = {}
+
+local function drop_dangling(id, structure)
+  dangling_jobs[#dangling_jobs + 1] = id
+  dangling_jobs[#dangling_jobs + 1] = structure
+end
 
 -- Move delayed jobs that are due (score <= (now+1)*4096-1) to wait / prioritized.
 local function promote_due_delayed(base, k_delayed, k_wait, k_prioritized, k_pc, k_events,
@@ -10,23 +23,30 @@ local function promote_due_delayed(base, k_delayed, k_wait, k_prioritized, k_pc,
     return
   end
   redis.call("ZREM", k_delayed, unpack(ids))
+  local promoted = 0
   for _, id in ipairs(ids) do
     local job_key = base .. id
-    local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
-    if priority == 0 then
-      redis.call("LPUSH", k_wait, id)
+    if redis.call("EXISTS", job_key) == 0 then
+      drop_dangling(id, "delayed")
     else
-      add_prioritized(k_prioritized, k_pc, priority, id)
+      promoted = promoted + 1
+      local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
+      if priority == 0 then
+        redis.call("LPUSH", k_wait, id)
+      else
+        add_prioritized(k_prioritized, k_pc, priority, id)
+      end
+      redis.call("XADD", k_events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
+      redis.call("HSET", job_key, "delay", 0)
     end
-    redis.call("XADD", k_events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
-    redis.call("HSET", job_key, "delay", 0)
   end
-  if not blocked then
+  if promoted > 0 and not blocked then
     add_base_marker(k_marker)
   end
 end
 
--- Pop the next job id: the tail of wait first, then the lowest score of prioritized.
+-- Pop the next job id into active: the tail of wait first, then the lowest score of
+-- prioritized. Returns the id and the structure it came from (nil when both are empty).
 local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
   local id = redis.call("RPOPLPUSH", k_wait, k_active)
   if id and string.sub(id, 1, 2) == "0:" then
@@ -35,12 +55,12 @@ local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
     id = redis.call("RPOPLPUSH", k_wait, k_active)
   end
   if id then
-    return id
+    return id, "wait"
   end
   local top = redis.call("ZPOPMIN", k_prioritized)
   if top[1] then
     redis.call("LPUSH", k_active, top[1])
-    return top[1]
+    return top[1], "prioritized"
   end
   redis.call("DEL", k_pc)
   return nil
@@ -63,9 +83,31 @@ local function rate_limit_ttl(k_limiter, max_jobs)
   return 0
 end
 
+-- Prepare one taken job for processing: limiter count (not for a job that will only be
+-- failed for its `defa`), lock, `active` event, processedOn / pb, ats. Returns its HGETALL.
+local function start_job(k, job_key, id, token, now, w, max_jobs, duration)
+  if max_jobs and redis.call("HEXISTS", job_key, "defa") == 0 then
+    if redis.call("INCR", k.limiter) == 1 then
+      redis.call("PEXPIRE", k.limiter, math.floor(math.abs(duration or 0)))
+    end
+  end
+  redis.call("SET", job_key .. ":lock", token, "PX", w.lock_ms)
+  redis.call("XADD", k.events, "*", "event", "active", "jobId", id, "prev", "waiting")
+  if w.name ~= "" then
+    redis.call("HSET", job_key, "processedOn", now, "pb", w.name)
+  else
+    redis.call("HSET", job_key, "processedOn", now)
+  end
+  redis.call("HINCRBY", job_key, "ats", 1)
+  return redis.call("HGETALL", job_key)
+end
+
 -- Take up to `count` jobs. `w` holds the worker's parameters:
 -- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name.
--- Returns {flat {id, token, hash, id, token, hash, ...}, rate_limit_ttl, next_delayed_due}.
+-- Returns {flat {id, token, hash, id, token, hash, ...}, rate_limit_ttl, next_delayed_due,
+-- dangling}, where dangling is `dangling_jobs` (flat {id, structure, ...}, also holding those
+-- dropped earlier in the same script). A dangling id popped from wait or prioritized is
+-- removed from active again and takes no slot, no lock, no token and no limiter count.
 local function fetch_jobs(base, k, now, count, w)
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
   local concurrency = tonumber(meta[2])
@@ -79,12 +121,13 @@ local function fetch_jobs(base, k, now, count, w)
   local taken = {}
   local ttl = rate_limit_ttl(k.limiter, max_jobs)
   if ttl > 0 then
-    return {taken, ttl, 0}
+    return {taken, ttl, 0, dangling_jobs}
   end
   if meta[1] or count <= 0 then
-    return {taken, 0, 0}
+    return {taken, 0, 0, dangling_jobs}
   end
-  for i = 1, count do
+  local i = 1
+  while i <= count do
     if concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency then
       break
     end
@@ -94,37 +137,30 @@ local function fetch_jobs(base, k, now, count, w)
         break
       end
     end
-    local id = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+    local id, source = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
     if not id then
       break
     end
-    local job_key = base .. id
-    if max_jobs and redis.call("HEXISTS", job_key, "defa") == 0 then
-      if redis.call("INCR", k.limiter) == 1 then
-        redis.call("PEXPIRE", k.limiter, math.floor(math.abs(duration or 0)))
-      end
-    end
-    local token = w.token_prefix .. int_str(w.token_start + i - 1)
-    redis.call("SET", job_key .. ":lock", token, "PX", w.lock_ms)
-    redis.call("XADD", k.events, "*", "event", "active", "jobId", id, "prev", "waiting")
-    if w.name ~= "" then
-      redis.call("HSET", job_key, "processedOn", now, "pb", w.name)
+    if redis.call("EXISTS", base .. id) == 0 then
+      -- checked before any write: a lock or an HSET here would fake a job
+      redis.call("LREM", k.active, 1, id)
+      drop_dangling(id, source)
     else
-      redis.call("HSET", job_key, "processedOn", now)
+      local token = w.token_prefix .. int_str(w.token_start + i - 1)
+      taken[#taken + 1] = id
+      taken[#taken + 1] = token
+      taken[#taken + 1] = start_job(k, base .. id, id, token, now, w, max_jobs, duration)
+      i = i + 1
     end
-    redis.call("HINCRBY", job_key, "ats", 1)
-    taken[#taken + 1] = id
-    taken[#taken + 1] = token
-    taken[#taken + 1] = redis.call("HGETALL", job_key)
   end
   if #taken > 0 then
     add_base_marker(k.marker)
-    return {taken, ttl, 0}
+    return {taken, ttl, 0, dangling_jobs}
   end
   local first = redis.call("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
   local next_due = 0
   if first[1] then
     next_due = math.floor(tonumber(first[2]) / 4096)
   end
-  return {taken, 0, next_due}
+  return {taken, 0, next_due, dangling_jobs}
 end
