@@ -22,7 +22,7 @@ FINAL = ("completed", "failed")
 
 
 def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
 
 
 def key(queue: str, suffix: str) -> str:
