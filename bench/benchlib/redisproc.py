@@ -1,8 +1,10 @@
 """A private ``redis-server`` for one benchmark run, and a tiny RESP client for it.
 
 The harness runs on the system Python with no third-party packages, so it speaks RESP
-over a socket itself; it needs only PING, INFO, FLUSHALL and SHUTDOWN. The server is
-started on a free loopback port with persistence off and is always stopped again.
+over a socket itself (PING, INFO, FLUSHALL, SHUTDOWN, and the reads of the durability
+check). The server is started on a free loopback port, with persistence off unless an
+AOF fsync policy is asked for, and is always stopped again. ``kill`` (SIGKILL) and a
+later ``start`` on the same port and directory reproduce a crash and a restart.
 """
 
 from __future__ import annotations
@@ -84,11 +86,19 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """``redis-server`` on a free port, persistence off, in ``workdir``."""
+    """``redis-server`` on a free port in ``workdir``.
 
-    def __init__(self, workdir: Path, binary: str = "redis-server") -> None:
+    ``appendfsync`` (``"always"``, ``"everysec"`` or ``"no"``) turns on AOF persistence
+    with that fsync policy; ``None`` runs with no persistence at all. RDB snapshots are
+    always off. The first ``start`` picks the port; later ones reuse it.
+    """
+
+    def __init__(
+        self, workdir: Path, binary: str = "redis-server", appendfsync: str | None = None
+    ) -> None:
         self.workdir = workdir
         self.binary = binary
+        self.appendfsync = appendfsync
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.client: RespClient | None = None
@@ -97,9 +107,16 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def _persistence_args(self) -> list[str]:
+        if self.appendfsync is None:
+            return ["--appendonly", "no"]
+        return ["--appendonly", "yes", "--appendfsync", self.appendfsync]
+
     def start(self) -> None:
-        for _ in range(5):
-            self.port = free_port()
+        restart = self.port != 0
+        for _ in range(1 if restart else 5):
+            if not restart:
+                self.port = free_port()
             log = open(self.workdir / "redis-server.log", "ab")  # noqa: SIM115 - lives with proc
             self.proc = subprocess.Popen(
                 [
@@ -110,8 +127,7 @@ class RedisServer:
                     "127.0.0.1",
                     "--save",
                     "",
-                    "--appendonly",
-                    "no",
+                    *self._persistence_args(),
                     "--dir",
                     str(self.workdir),
                     "--protected-mode",
@@ -122,16 +138,29 @@ class RedisServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.proc.poll() is None:
                 try:
                     self.client = RespClient(self.port)
                     if self.client.call("PING") == "PONG":
                         return
-                except OSError:
+                except (OSError, RuntimeError):  # not listening yet, or -LOADING the AOF
+                    if self.client is not None:
+                        self.client.close()
+                        self.client = None
                     time.sleep(0.05)
             self.stop()  # port race or slow start: try another port
         raise RuntimeError(f"could not start redis-server (see {self.workdir}/redis-server.log)")
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would; the port and the data stay for ``start``."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
 
     def stop(self) -> None:
         if self.client is not None:

@@ -32,7 +32,7 @@ def _get(entry: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return node if isinstance(node, (int, float)) else None
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -59,7 +59,7 @@ def render(data: dict[str, Any]) -> str:
             v = _get(r, path)
             row.append(fmt.format(v) if v is not None else "-")
         rows.append(row)
-    out.append(_table(["peer", "version", *[c[0] for c in COLUMNS]], rows))
+    out.append(table(["peer", "version", *[c[0] for c in COLUMNS]], rows))
 
     if ref is not None:
         out += [
@@ -75,7 +75,7 @@ def render(data: dict[str, Any]) -> str:
                 v, b = _get(r, path), _get(ref, path)
                 row.append(f"{v / b:.2f}×" if v is not None and b else "-")
             rows.append(row)
-        out.append(_table(["peer", *[c[0] for c in COLUMNS]], rows))
+        out.append(table(["peer", *[c[0] for c in COLUMNS]], rows))
 
     lat = [(r["peer"], _get(r, ("latency", "samples"))) for r in results]
     short = [f"{p}: {int(s)}" for p, s in lat if s is not None and s < data["latency_samples"]]
