@@ -36,6 +36,7 @@ FUNCTIONS = [
     "add",
     "add_bulk",
     "clean",
+    "client_from_url",
     "count",
     "drain",
     "get_job",

@@ -1,13 +1,14 @@
 """Who owns a Redis client: the caller (never closed by us) or echomq (opened from a URL).
 
-Nothing connects here: redis-py clients connect lazily on their first command.
+Nothing connects here: redis-py clients connect lazily on their first command. A client opened
+from a URL is made by ``_fail_fast`` (with a connect budget when the owner asks for one).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
@@ -15,8 +16,16 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
+from ._fail_fast import (
+    async_client_from_url,
+    redact_url,
+    server_address,
+    sync_client_from_url,
+    url_address,
+)
 from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, ValidationError
+from .options import Duration
 
 if TYPE_CHECKING:
     from .ops._base import Op, Plan
@@ -26,8 +35,6 @@ T = TypeVar("T")
 
 AsyncConnection = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | str
 SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
-
-_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 _pack: Callable[[tuple[Any, ...]], bytes] | None
@@ -97,27 +104,42 @@ def _cluster_parameters() -> frozenset[str]:
     return frozenset(params) - {"self", "host", "port", "startup_nodes"}
 
 
-def _check_url(url: str) -> None:
-    if not url.startswith(_SCHEMES):
-        raise ValidationError(
-            f"connection URL {url!r} must start with redis://, rediss:// or unix://"
-        )
+#: Called once, after the first call that succeeded on a connection (the per-server checks).
+FirstUse = Callable[["AsyncConn"], Awaitable[None]]
 
 
 class AsyncConn:
     """An async client plus whether we must close it, and (for long-lived owners such as a
     Queue, a Worker or QueueEvents) a pipelined :class:`~echomq._wire.Channel` for script
     calls, opened on first use with the client's settings.
+
+    Args:
+        connection: a client the caller owns, or a URL to open one from.
+        pipelined: send script calls through a Channel.
+        connect_timeout: for a URL, the budget of each connect (see the module docstring);
+            None keeps redis-py's defaults.
+
+    Attributes:
+        first_use: if set, awaited once after the first call that succeeds (it must not
+            raise); the per-server checks of producers hook in here.
     """
 
-    __slots__ = ("_channel", "_client", "_pipelined", "owned", "url")
+    __slots__ = ("_channel", "_client", "_pipelined", "first_use", "owned", "url")
 
-    def __init__(self, connection: AsyncConnection, *, pipelined: bool = False) -> None:
+    def __init__(
+        self,
+        connection: AsyncConnection,
+        *,
+        pipelined: bool = False,
+        connect_timeout: Duration | None = None,
+    ) -> None:
         self._pipelined = pipelined
         self._channel: Channel | None = None
+        self.first_use: FirstUse | None = None
         if isinstance(connection, str):
-            _check_url(connection)
-            self._client: redis.asyncio.Redis | None = redis.asyncio.Redis.from_url(connection)
+            self._client: redis.asyncio.Redis | None = async_client_from_url(
+                connection, connect_timeout
+            )
             self.owned = True
             self.url: str | None = connection
         elif isinstance(connection, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)):
@@ -142,6 +164,20 @@ class AsyncConn:
         return self._client
 
     @property
+    def address(self) -> str:
+        """Where the server is, for messages: the URL (password masked), else ``host:port``."""
+        if self.url is not None:
+            return redact_url(self.url)
+        return server_address(self._client)
+
+    @property
+    def server(self) -> str:
+        """The server's identity for per-server state: ``host:port`` or the socket path."""
+        if self.url is not None:
+            return url_address(self.url)
+        return server_address(self._client)
+
+    @property
     def channel(self) -> Channel | None:
         """The pipelined channel for script calls, or None (not pipelined, or a client a
         channel cannot mirror, such as Redis Cluster)."""
@@ -152,13 +188,24 @@ class AsyncConn:
 
     async def run(self, op: Op[T]) -> T:
         """Run ``op`` on the client, its script calls through the channel when there is one."""
-        return await op.run(self.client, self.channel)
+        result = await op.run(self.client, self.channel)
+        if self.first_use is not None:
+            await self._used()
+        return result
 
     async def run_plan(self, plan: Plan[T]) -> T:
         """Drive a multi-step ``plan`` like :meth:`run`."""
         from .ops._base import run_plan  # ops import this module
 
-        return await run_plan(self.client, plan, self.channel)
+        result = await run_plan(self.client, plan, self.channel)
+        if self.first_use is not None:
+            await self._used()
+        return result
+
+    async def _used(self) -> None:
+        hook, self.first_use = self.first_use, None
+        if hook is not None:
+            await hook(self)
 
     def new_client(self, **overrides: object) -> redis.asyncio.Redis:
         """A second, independent client to the same server (for blocking commands).
@@ -192,25 +239,45 @@ class AsyncConn:
         client, self._client = self._client, None
         channel, self._channel = self._channel, None
         self._pipelined = False
+        self.first_use = None
         if channel is not None:
             await channel.aclose()
         if client is not None and self.owned:
             await client.aclose()
 
 
+#: The sync twin of :data:`FirstUse`.
+SyncFirstUse = Callable[["SyncConn"], None]
+
+
 class SyncConn:
-    """A sync client plus whether we must close it."""
+    """A sync client plus whether we must close it.
 
-    __slots__ = ("_client", "owned")
+    Args:
+        connection: a client the caller owns, or a URL to open one from.
+        connect_timeout: for a URL, the budget of each connect; None keeps redis-py's defaults.
 
-    def __init__(self, connection: SyncConnection) -> None:
+    Attributes:
+        first_use: if set, called once after the first call that succeeds (it must not raise).
+    """
+
+    __slots__ = ("_client", "first_use", "owned", "url")
+
+    def __init__(
+        self,
+        connection: SyncConnection,
+        *,
+        connect_timeout: Duration | None = None,
+    ) -> None:
+        self.first_use: SyncFirstUse | None = None
         if isinstance(connection, str):
-            _check_url(connection)
-            self._client: redis.Redis | None = redis.Redis.from_url(connection)
+            self._client: redis.Redis | None = sync_client_from_url(connection, connect_timeout)
             self.owned = True
+            self.url: str | None = connection
         elif isinstance(connection, (redis.Redis, redis.cluster.RedisCluster)):
             self._client = cast(redis.Redis, connection)
             self.owned = False
+            self.url = None
         else:
             raise ValidationError(
                 "connection must be a redis.Redis, a redis.cluster.RedisCluster or a redis:// /"
@@ -226,8 +293,44 @@ class SyncConn:
             )
         return self._client
 
+    @property
+    def address(self) -> str:
+        """Where the server is, for messages (see :attr:`AsyncConn.address`)."""
+        if self.url is not None:
+            return redact_url(self.url)
+        return server_address(self._client)
+
+    @property
+    def server(self) -> str:
+        """The server's identity for per-server state (see :attr:`AsyncConn.server`)."""
+        if self.url is not None:
+            return url_address(self.url)
+        return server_address(self._client)
+
+    def run(self, op: Op[T]) -> T:
+        """Run ``op`` on the client."""
+        result = op.run_sync(self.client)
+        if self.first_use is not None:
+            self._used()
+        return result
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Drive a multi-step ``plan`` on the client."""
+        from .ops._base import run_plan_sync  # ops import this module
+
+        result = run_plan_sync(self.client, plan)
+        if self.first_use is not None:
+            self._used()
+        return result
+
+    def _used(self) -> None:
+        hook, self.first_use = self.first_use, None
+        if hook is not None:
+            hook(self)
+
     def close(self) -> None:
         """Close the client if we opened it; forget it either way."""
         client, self._client = self._client, None
+        self.first_use = None
         if client is not None and self.owned:
             client.close()

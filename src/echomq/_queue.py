@@ -3,6 +3,11 @@ functions of :mod:`echomq.queue` (which re-exports it).
 
 A ``Queue`` remembers a name, a prefix, a connection and default job options; it holds no job.
 Its script calls go through one pipelined connection of its own (see ``_connection.AsyncConn``).
+
+Producers fail fast: a connection error or timeout of ``add`` / ``add_bulk`` is raised as
+:class:`~echomq.errors.RedisUnavailableError` naming the server, and a queue made from a URL
+gives each connect ``connect_timeout``. After its first call that succeeds, a queue checks its
+server once per process (``_server_checks``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing_extensions import Unpack
 
 from . import ops
 from ._connection import AsyncConn, AsyncConnection, check_cluster_keys
+from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
+from ._server_checks import check_on_first_use
 from .job import Job, JobData, JobState, ms_to_datetime
 from .ops import BulkItem, Metrics, prepare_bulk
 from .options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
@@ -48,7 +55,10 @@ def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: A
 
 async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
     prepared = ops.prepare_job(name, data, options)
-    job_id = await conn.run(ops.add_job(keys, prepared))
+    try:
+        job_id = await conn.run(ops.add_job(keys, prepared))
+    except UNREACHABLE as exc:
+        raise_unavailable(exc, conn.address)
     return _job_from_prepared(job_id, prepared, keys, conn)
 
 
@@ -58,7 +68,10 @@ async def _add_bulk(
     prepared = prepare_bulk(items, defaults)
     if not prepared:
         return []
-    job_ids = await conn.run(ops.add_jobs(keys, prepared))
+    try:
+        job_ids = await conn.run(ops.add_jobs(keys, prepared))
+    except UNREACHABLE as exc:
+        raise_unavailable(exc, conn.address)
     return [_job_from_prepared(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
 
@@ -130,6 +143,12 @@ class Queue(QueueBase):
         connection: a ``redis.asyncio.Redis`` you own, or a URL.
         prefix: the key prefix.
         default_job_options: options applied to every job added through this queue.
+        connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
+            (TCP and handshake) before :class:`~echomq.RedisUnavailableError`; ignored for a
+            client you pass, whose own settings apply.
+
+    Raises:
+        InvalidOptionError: ``connect_timeout`` is not a positive duration.
     """
 
     def __init__(
@@ -139,9 +158,12 @@ class Queue(QueueBase):
         connection: AsyncConnection,
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
+        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         super().__init__(name, prefix, default_job_options, connection)
-        self._conn = AsyncConn(connection, pipelined=True)
+        budget = connect_budget(connect_timeout)
+        self._conn = AsyncConn(connection, pipelined=True, connect_timeout=budget)
+        check_on_first_use(self._conn)
 
     async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""

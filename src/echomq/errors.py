@@ -9,6 +9,8 @@ Tree::
     │   ├── InvalidOptionError
     │   └── PayloadError                          not JSON-serialisable, or over size_limit
     ├── ConnectionNotOpenError                    a job or queue used after its connection closed
+    ├── RedisUnavailableError                     Redis not reached in time (also redis's
+    │                                             ConnectionError)
     ├── ScriptError                               a script refused a state change (has .code)
     │   ├── JobNotFoundError          (-1)
     │   ├── LockError
@@ -35,6 +37,8 @@ Tree::
 """
 
 from __future__ import annotations
+
+import redis.exceptions
 
 from .protocol import codes
 
@@ -65,6 +69,29 @@ class PayloadError(ValidationError):
 
 class ConnectionNotOpenError(EchoMQError):
     """The connection an object was bound to has been closed."""
+
+
+class RedisUnavailableError(EchoMQError, redis.exceptions.ConnectionError):
+    """Redis could not be reached, or did not answer, in time for a producer call.
+
+    Raised when a connection echomq opened from a URL cannot be opened (refused, unknown host,
+    or TCP plus the handshake not done within ``connect_timeout``), and by ``add`` /
+    ``add_bulk`` on any client when redis-py reports a connection error or a timeout. It is
+    also a ``redis.exceptions.ConnectionError``, so handlers written for redis-py keep working.
+    A timeout or a dropped connection after the command was sent leaves the outcome unknown:
+    the job may have been added.
+
+    Attributes:
+        address: where Redis was expected: the URL with its password masked, or
+            ``host:port`` (or the unix socket path) of a client you passed.
+    """
+
+    def __init__(self, message: str, *, address: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+
+    def __repr__(self) -> str:  # redis-py's own repr shows only the class name
+        return f"{type(self).__name__}({str(self)!r})"
 
 
 class ScriptError(EchoMQError):

@@ -13,14 +13,17 @@ from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
+import redis.asyncio
 from typing_extensions import Unpack
 
 from . import ops
 from ._connection import AsyncConn, AsyncConnection
+from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, async_client_from_url
 from ._queue import Queue as Queue
 from ._queue import QueueBase as QueueBase
 from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
 from ._queue import job_from_prepared as job_from_prepared
+from ._server_checks import check_on_first_use
 from .job import Job, JobData, JobState
 from .ops import BulkItem as BulkItem
 from .ops import Metrics as Metrics
@@ -48,7 +51,8 @@ async def add(
         queue: the queue name (no ``:``).
         name: the job name, given to the processor.
         data: the payload; any JSON-serialisable value (``{}`` when omitted, as in Node).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here, with
+            a 1 s connect timeout; :func:`client_from_url` makes a client with another).
         prefix: the key prefix (``bull`` is BullMQ's default).
         **options: job options, see :class:`~echomq.JobOptions`.
 
@@ -57,6 +61,8 @@ async def add(
 
     Raises:
         ValidationError: bad name, id, option or payload; nothing was written.
+        RedisUnavailableError: Redis could not be reached or did not answer (the message
+            names the server).
     """
     keys = queue_keys(queue, prefix)
     job_options = JobOptions.build(options)
@@ -85,6 +91,7 @@ async def add_bulk(
 
     Raises:
         ValidationError: any item is invalid; nothing was written.
+        RedisUnavailableError: Redis could not be reached or did not answer.
     """
     keys = queue_keys(queue, prefix)
     async with _connected(connection) as conn:
@@ -108,13 +115,42 @@ async def get_job(
         return await _get_job(conn, keys, job_id)
 
 
+def client_from_url(
+    url: str, *, connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT, **redis_options: object
+) -> redis.asyncio.Redis:
+    """A ``redis.asyncio.Redis`` for ``url`` that fails fast, for you to keep and pass as
+    ``connection=`` (the client echomq opens for a URL connection is made the same way).
+
+    Every connection it opens has ``connect_timeout`` for TCP, TLS and redis-py's handshake
+    (AUTH, SELECT...), else raises :class:`~echomq.RedisUnavailableError` naming the URL with
+    its password masked; and redis-py retries nothing on its own (pass ``retry=`` to choose
+    otherwise). Replies are waited for as redis-py's ``socket_timeout`` says. Nothing connects
+    until the first command; you own the client: ``await client.aclose()``.
+
+    Args:
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL.
+        connect_timeout: seconds or a timedelta; raise it for a slow or distant link.
+        **redis_options: more keyword arguments for redis-py's ``Redis.from_url`` (e.g.
+            ``decode_responses``, ``socket_timeout``, ``client_name``).
+
+    Raises:
+        ValidationError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or a
+            ``connection_class`` option.
+        InvalidOptionError: ``connect_timeout`` is not a positive duration.
+    """
+    return async_client_from_url(url, connect_timeout, **redis_options)
+
+
 @contextlib.asynccontextmanager
 async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
-    """The connection for one module-level call; a client opened from a URL is closed on exit.
+    """The connection for one module-level call; a client opened from a URL (with the default
+    ``connect_timeout``) is closed on exit. The first call to a server in this process that
+    succeeds checks it (``_server_checks``).
 
     A client the caller passed stays usable, so jobs returned through it keep working.
     """
-    conn = AsyncConn(connection)
+    conn = AsyncConn(connection, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    check_on_first_use(conn)
     try:
         yield conn
     finally:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from urllib.parse import urlsplit, urlunsplit
 
+from .._fail_fast import redact_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
 from ..errors import EmbeddedRedisError
 from ..protocol.keys import DEFAULT_PREFIX
@@ -83,11 +83,4 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
 
 def redact(url: str) -> str:
     """``url`` with its password, if any, replaced by ``***`` (for logs and messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    return redact_url(url)

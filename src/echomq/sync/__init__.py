@@ -12,7 +12,8 @@ Connections: pass a ``redis.Redis`` you own (never closed here; any ``decode_res
 URL. A module-level call opens a URL's client and closes it before returning; a :class:`Queue`
 closes the client it opened on :meth:`Queue.close` or at the end of its ``with`` block. Jobs
 returned by a URL call are bound to a closed client: read them through a ``Queue`` to call their
-methods.
+methods. A client opened from a URL, or made by :func:`client_from_url`, fails fast: each
+connect has ``connect_timeout`` (1 s by default) before :class:`~echomq.RedisUnavailableError`.
 
 Modules: ``_job`` (:class:`Job`), ``_queue`` (:class:`Queue`); this one holds the module-level
 functions, each running its ``Queue`` twin on a per-call ``Queue``.
@@ -24,10 +25,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import redis
 from typing_extensions import Unpack
 
 from .. import ops
 from .._connection import SyncConnection
+from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, sync_client_from_url
 from ..job import JobState
 from ..ops import BulkItem, Metrics
 from ..options import UNSET, Duration, JobOptionsDict
@@ -41,6 +44,7 @@ __all__ = [
     "add",
     "add_bulk",
     "clean",
+    "client_from_url",
     "count",
     "drain",
     "get_job",
@@ -77,6 +81,8 @@ def add(
 
     Raises:
         ValidationError: bad name, id, option or payload; nothing was written.
+        RedisUnavailableError: Redis could not be reached or did not answer (the message
+            names the server).
     """
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.add(name, data, **options)
@@ -92,6 +98,20 @@ def add_bulk(
     """Sync twin of :func:`echomq.add_bulk`: one MULTI/EXEC, all jobs or none."""
     with Queue(queue, connection=connection, prefix=prefix) as q:
         return q.add_bulk(jobs)
+
+
+def client_from_url(
+    url: str, *, connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT, **redis_options: object
+) -> redis.Redis:
+    """Sync twin of :func:`echomq.client_from_url`: a ``redis.Redis`` that fails fast, for you
+    to keep (one per process, e.g. in Django settings) and pass as ``connection=``.
+
+    Raises:
+        ValidationError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or a
+            ``connection_class`` option.
+        InvalidOptionError: ``connect_timeout`` is not a positive duration.
+    """
+    return sync_client_from_url(url, connect_timeout, **redis_options)
 
 
 def get_job(

@@ -1,7 +1,9 @@
 """The sync :class:`Queue`: remembers a queue's name, prefix, connection and default options.
 
 Each method builds the :mod:`echomq.ops` operation (or plan) its :class:`echomq.Queue` twin
-builds and runs it with ``run_sync`` / ``run_plan_sync``.
+builds and runs it with ``run_sync`` / ``run_plan_sync``. Like its twin, it fails fast
+(``connect_timeout``, :class:`~echomq.RedisUnavailableError`) and checks its server once per
+process after its first call that succeeds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing_extensions import Unpack
 
 from .. import ops
 from .._connection import SyncConn, SyncConnection
+from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
 from .._queue import QueueBase, job_from_prepared
+from .._server_checks import check_on_first_use_sync
 from ..job import JobState
 from ..ops import BulkItem, Metrics
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict
@@ -36,6 +40,12 @@ class Queue(QueueBase):
         connection: a ``redis.Redis`` you own, or a URL.
         prefix: the key prefix.
         default_job_options: options applied to every job added through this queue.
+        connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
+            (TCP and handshake) before :class:`~echomq.RedisUnavailableError`; ignored for a
+            client you pass.
+
+    Raises:
+        InvalidOptionError: ``connect_timeout`` is not a positive duration.
     """
 
     def __init__(
@@ -45,15 +55,17 @@ class Queue(QueueBase):
         connection: SyncConnection,
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
+        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         super().__init__(name, prefix, default_job_options, connection)
-        self._conn = SyncConn(connection)
+        self._conn = SyncConn(connection, connect_timeout=connect_budget(connect_timeout))
+        check_on_first_use_sync(self._conn)
 
     def _run(self, op: ops.Op[T]) -> T:
-        return op.run_sync(self._conn.client)
+        return self._conn.run(op)
 
     def _plan(self, plan: ops.Plan[T]) -> T:
-        return ops.run_plan_sync(self._conn.client, plan)
+        return self._conn.run_plan(plan)
 
     def _added(self, job_id: str, prepared: ops.PreparedJob) -> Job:
         job = job_from_prepared(Job, job_id, prepared, self._keys.name)
@@ -63,14 +75,21 @@ class Queue(QueueBase):
     def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Sync twin of :meth:`echomq.Queue.add`; per-call options override the defaults."""
         prepared = ops.prepare_job(name, data, self._defaults.merged(JobOptions.build(options)))
-        return self._added(self._run(ops.add_job(self._keys, prepared)), prepared)
+        try:
+            job_id = self._conn.run(ops.add_job(self._keys, prepared))
+        except UNREACHABLE as exc:
+            raise_unavailable(exc, self._conn.address)
+        return self._added(job_id, prepared)
 
     def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
         """Sync twin of :meth:`echomq.Queue.add_bulk`: one MULTI/EXEC, all or nothing."""
         prepared = ops.prepare_bulk(jobs, self._defaults)
         if not prepared:
             return []
-        job_ids = self._run(ops.add_jobs(self._keys, prepared))
+        try:
+            job_ids = self._conn.run(ops.add_jobs(self._keys, prepared))
+        except UNREACHABLE as exc:
+            raise_unavailable(exc, self._conn.address)
         return [self._added(job_id, p) for job_id, p in zip(job_ids, prepared)]
 
     def get_job(self, job_id: str) -> Job | None:

@@ -1,0 +1,303 @@
+"""How producers fail fast when Redis cannot be reached, and the server addresses they name.
+
+A client echomq opens from a URL for a producer (``echomq.add``, ``Queue`` and their sync twins,
+:func:`echomq.client_from_url`) fails fast: each connection it opens (TCP, TLS, and redis-py's
+handshake: AUTH, HELLO, CLIENT SETINFO, SELECT) must be done within ``connect_timeout`` or raises
+:class:`~echomq.errors.RedisUnavailableError` naming the URL with its password masked, and
+redis-py does not retry behind the caller's back (a retry would spend the budget again, unseen).
+
+This is done by a connection class mixed over the one redis-py picks for the URL's scheme,
+because only the connection knows when it is connecting: every path that opens a connection
+(the client's pool, a Queue's pipelined channel, a blocking client copied from the pool) keeps
+the same bound, with no cost on calls over an open connection. Clients the caller passes are
+never changed; a producer call on one re-raises its connection errors and timeouts as
+``RedisUnavailableError`` naming ``host:port`` (:func:`raise_unavailable`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any, NoReturn
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.asyncio.retry
+import redis.backoff
+import redis.connection
+import redis.retry
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import InvalidOptionError, RedisUnavailableError, ValidationError
+from .options import Duration, to_seconds
+
+#: Seconds a producer's URL-made connection has to connect (TCP plus handshake).
+DEFAULT_CONNECT_TIMEOUT = 1.0
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL redis-py would not open (only its three schemes)."""
+    if not url.startswith(_SCHEMES):
+        raise ValidationError(
+            f"connection URL {url!r} must start with redis://, rediss:// or unix://"
+        )
+
+
+# -- addresses, for messages and for the per-server checks -----------------------------------
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the userinfo or a ``password=`` query) shown as ``***``."""
+    parts = urlsplit(url)
+    netloc, query = parts.netloc, parts.query
+    if parts.password is None and "password=" not in query:
+        return url
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+    if "password=" in query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="*")
+    # Not urlunsplit: it would drop the "//" of a unix:// URL, whose netloc is empty.
+    redacted = f"{parts.scheme}://{netloc}{parts.path}"
+    if query:
+        redacted += f"?{query}"
+    if parts.fragment:
+        redacted += f"#{parts.fragment}"
+    return redacted
+
+
+def url_address(url: str) -> str:
+    """The server a URL points to: ``host:port`` (port 6379 when omitted) or the socket path."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return parts.path
+    try:
+        port = parts.port or 6379
+    except ValueError:  # a malformed port: redis-py refuses the URL at the first call
+        port = 6379
+    return f"{parts.hostname or 'localhost'}:{port}"
+
+
+def server_address(client: object) -> str:
+    """The server a client talks to: ``host:port``, the socket path, or a Cluster's first node."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kwargs = pool.connection_kwargs
+        path = kwargs.get("path")
+        if path:
+            return str(path)
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+    nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
+    if nodes:
+        node = next(iter(nodes.values()))
+        return f"{node.host}:{node.port}"
+    return "unknown address"
+
+
+# -- fail-fast connections of URL-made producer clients --------------------------------------
+
+
+def _unavailable(url: str, reason: str, budget: float) -> RedisUnavailableError:
+    return RedisUnavailableError(
+        f"cannot reach Redis at {url}: {reason.rstrip('.')}. Check that a Redis server "
+        "runs at that address and that this host can reach it (host, port, TLS, firewall); "
+        f"on a slow network link raise connect_timeout (now {budget:g} s)",
+        address=url,
+    )
+
+
+#: Connection errors that are about the server's reachability; an authentication error is
+#: about the credentials, and is raised by redis-py as it is.
+_CONNECT_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+_AUTH_ERRORS = (AuthenticationError, AuthorizationError)
+
+
+class _FailFastAsync(redis.asyncio.connection.AbstractConnection):
+    """Mixed before a redis-py async connection class: the whole connect within the budget."""
+
+    def __init__(self, *args: Any, echomq_connect_timeout: float, echomq_url: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._echomq_budget = echomq_connect_timeout
+        self._echomq_url = echomq_url
+
+    async def connect(self) -> None:
+        if self.is_connected:
+            return
+        budget = self._echomq_budget
+        try:
+            await asyncio.wait_for(super().connect(), budget)  # type: ignore[no-untyped-call]
+        except asyncio.TimeoutError:
+            await self.disconnect()  # a handshake cut short leaves its socket open
+            reason = f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
+            raise _unavailable(self._echomq_url, reason, budget) from None
+        except _AUTH_ERRORS:
+            raise
+        except _CONNECT_ERRORS as exc:
+            raise _unavailable(self._echomq_url, str(exc), budget) from exc
+
+
+class _FailFastSync(redis.connection.AbstractConnection):
+    """Mixed before a redis-py sync connection class: the whole connect within the budget.
+
+    A blocking socket cannot be cancelled, so the budget is applied through socket timeouts:
+    the TCP connect and a TLS handshake each get it, then redis-py's handshake replies get
+    what is left of it.
+    """
+
+    def __init__(self, *args: Any, echomq_connect_timeout: float, echomq_url: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._echomq_budget = echomq_connect_timeout
+        self._echomq_url = echomq_url
+        self._echomq_deadline = 0.0
+
+    def connect(self) -> None:
+        if self._sock is not None:
+            return
+        budget = self._echomq_budget
+        saved = self.socket_timeout
+        self._echomq_deadline = time.monotonic() + budget
+        self.socket_connect_timeout = budget
+        self.socket_timeout = budget  # what redis-py sets on the socket for a TLS handshake
+        try:
+            super().connect()  # type: ignore[no-untyped-call]
+        except _AUTH_ERRORS:
+            raise
+        except _CONNECT_ERRORS as exc:
+            if isinstance(exc, RedisUnavailableError):
+                raise
+            timed_out = isinstance(exc, (RedisTimeoutError, TimeoutError))
+            reason = (
+                f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
+                if timed_out
+                else str(exc)
+            )
+            raise _unavailable(self._echomq_url, reason, budget) from exc
+        finally:
+            self.socket_timeout = saved
+            if self._sock is not None:
+                self._sock.settimeout(saved)
+
+    def _connect(self) -> Any:
+        sock = super()._connect()  # type: ignore[no-untyped-call,safe-super]
+        sock.settimeout(max(self._echomq_deadline - time.monotonic(), 0.001))
+        return sock
+
+
+class _FailFastAsyncTCP(_FailFastAsync, redis.asyncio.connection.Connection):
+    pass
+
+
+class _FailFastAsyncSSL(_FailFastAsync, redis.asyncio.connection.SSLConnection):
+    pass
+
+
+class _FailFastAsyncUnix(_FailFastAsync, redis.asyncio.connection.UnixDomainSocketConnection):
+    pass
+
+
+class _FailFastSyncTCP(_FailFastSync, redis.connection.Connection):
+    pass
+
+
+class _FailFastSyncSSL(_FailFastSync, redis.connection.SSLConnection):
+    pass
+
+
+class _FailFastSyncUnix(_FailFastSync, redis.connection.UnixDomainSocketConnection):
+    pass
+
+
+# Exact classes (not issubclass): a subclass of SSLConnection is also a Connection.
+_FAIL_FAST: dict[type, type] = {
+    redis.asyncio.connection.Connection: _FailFastAsyncTCP,
+    redis.asyncio.connection.SSLConnection: _FailFastAsyncSSL,
+    redis.asyncio.connection.UnixDomainSocketConnection: _FailFastAsyncUnix,
+    redis.connection.Connection: _FailFastSyncTCP,
+    redis.connection.SSLConnection: _FailFastSyncSSL,
+    redis.connection.UnixDomainSocketConnection: _FailFastSyncUnix,
+}
+
+
+def connect_budget(connect_timeout: Duration) -> float:
+    """``connect_timeout`` in seconds, refused unless positive and finite."""
+    if type(connect_timeout) is float and 0.0 < connect_timeout < math.inf:
+        return connect_timeout  # the common case (the default), on every module-level call
+    seconds = to_seconds(connect_timeout, "connect_timeout")
+    if seconds <= 0:
+        raise InvalidOptionError(f"connect_timeout must be positive, got {connect_timeout!r}")
+    return seconds
+
+
+def _fail_fast_options(url: str, budget: float, options: dict[str, Any], retry: object) -> None:
+    if "connection_class" in options:
+        raise ValidationError(
+            "connection_class cannot be combined with connect_timeout; build the client "
+            "yourself with redis-py if you need your own connection class"
+        )
+    options.setdefault("retry", retry)  # a retry would spend the budget again, unseen
+    options["echomq_connect_timeout"] = budget
+    options["echomq_url"] = redact_url(url)
+
+
+def async_client_from_url(
+    url: str, connect_timeout: Duration | None, **options: Any
+) -> redis.asyncio.Redis:
+    """An async client for ``url``; with ``connect_timeout``, one whose connections fail fast.
+
+    Args:
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL.
+        connect_timeout: seconds (or timedelta) for TCP plus handshake, or None for
+            redis-py's own defaults.
+        **options: more keyword arguments for redis-py's ``from_url``.
+    """
+    check_url(url)
+    if connect_timeout is None:
+        return redis.asyncio.Redis.from_url(url, **options)
+    retry = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
+    _fail_fast_options(url, connect_budget(connect_timeout), options, retry)
+    single = options.pop("single_connection_client", False)
+    pool = redis.asyncio.ConnectionPool.from_url(url, **options)
+    pool.connection_class = _FAIL_FAST.get(pool.connection_class, pool.connection_class)
+    client = redis.asyncio.Redis(connection_pool=pool, single_connection_client=single)
+    client.auto_close_connection_pool = True  # closed with the client, as from_url does
+    return client
+
+
+def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: Any) -> redis.Redis:
+    """The sync twin of :func:`async_client_from_url`."""
+    check_url(url)
+    if connect_timeout is None:
+        return redis.Redis.from_url(url, **options)
+    retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
+    _fail_fast_options(url, connect_budget(connect_timeout), options, retry)
+    single = options.pop("single_connection_client", False)
+    pool = redis.ConnectionPool.from_url(url, **options)
+    pool.connection_class = _FAIL_FAST.get(pool.connection_class, pool.connection_class)
+    client = redis.Redis(connection_pool=pool, single_connection_client=single)
+    client.auto_close_connection_pool = True
+    return client
+
+
+#: What a producer call reports as :class:`RedisUnavailableError` (see :func:`raise_unavailable`).
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+def raise_unavailable(exc: Exception, address: str) -> NoReturn:
+    """Re-raise ``exc``, a connection error or timeout of a producer call, as a
+    :class:`RedisUnavailableError` naming ``address`` (an authentication error, or one that
+    already is a ``RedisUnavailableError``, is raised as it is)."""
+    if isinstance(exc, (RedisUnavailableError, *_AUTH_ERRORS)):
+        raise exc
+    raise RedisUnavailableError(
+        f"cannot reach Redis at {address}, or it did not answer: {str(exc).rstrip('.')}. "
+        "Check that a Redis server runs at that address and that this host can reach it; if "
+        "the command had been sent, the job may have been added",
+        address=address,
+    ) from exc
