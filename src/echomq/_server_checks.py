@@ -182,7 +182,8 @@ def report_clock(address: str, reading: ClockReading, at: float) -> None:
     Args:
         address: the server.
         reading: the clock reading.
-        at: the time of the reading (client clock), to space repeated warnings.
+        at: when the reading was taken, on a monotonic clock (to space repeated warnings
+            even if the wall clock is stepped).
     """
     if reading.uncertainty > MAX_UNCERTAINTY:
         logger.debug(
@@ -293,7 +294,7 @@ async def check_producer(conn: AsyncConn, now: Clock = time.time) -> None:
         return
     try:
         client, channel = conn.client, conn.channel
-        report_clock(address, await read_clock(client, channel, now), now())
+        report_clock(address, await read_clock(client, channel, now), time.monotonic())
         if _claim_policy(address):
             report_policy(address, await read_policy(client, channel))
     except Exception as exc:  # a diagnostic must never fail the caller's call
@@ -307,7 +308,7 @@ def check_producer_sync(conn: SyncConn, now: Clock = time.time) -> None:
         return
     try:
         client = conn.client
-        report_clock(address, read_clock_sync(client, now), now())
+        report_clock(address, read_clock_sync(client, now), time.monotonic())
         if _claim_policy(address):
             report_policy(address, read_policy_sync(client))
     except Exception as exc:  # as above
@@ -350,6 +351,6 @@ class ServerWatch:
                 if _claim_policy(self._address):
                     report_policy(self._address, await read_policy(conn.client, conn.channel))
             reading = await read_clock(conn.client, conn.channel, self._now)
-            report_clock(self._address, reading, self._now())
+            report_clock(self._address, reading, time.monotonic())
         except Exception as exc:  # never stop the worker's stalled check
             logger.debug("server checks skipped (%s: %s)", type(exc).__name__, exc)
