@@ -118,6 +118,7 @@ class Worker:
         self._flush_owner: asyncio.Task[Any] | None = None  # a job task recording outcomes
         self._close_deadline: float | None = None
         self._handing_back: dict[str, asyncio.Task[None]] = {}  # token -> hand-back task
+        self._recording: set[str] = set()  # tokens of outcomes in a finish call in flight
         self._wake: asyncio.Event | None = None
         self._flush: asyncio.Event | None = None
         self._flush_lock: asyncio.Lock | None = None
@@ -243,6 +244,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._close_deadline = loop.time() + FINISH_DEADLINE
         await stop_tasks([t for t in self._running.values() if t is not self._flush_owner])
+        for token, task in list(self._running.items()):
+            if task.done():  # cancelled before it ever ran
+                self._running.pop(token, None)
         assert self._flush is not None
         self._flush.set()  # record what finished; the finisher returns once nothing is pending
         await asyncio.wait([finish_task], timeout=FINISH_DEADLINE + 1)
@@ -313,7 +317,7 @@ class Worker:
 
     async def _hand_back_held(self) -> None:
         """Hand back every job still held whose outcome is not waiting to be recorded."""
-        pending = {f.token for f in self._pending}
+        pending = {f.token for f in self._pending} | self._recording
         for token, job_id in list(self._held.items()):
             if token not in pending:
                 self._spawn_hand_back(job_id, token, "the worker closed before it finished")
@@ -547,6 +551,7 @@ class Worker:
             if not self._life.may_fetch():  # kept for this task while the worker began closing
                 self._running.pop(token, None)
                 self._spawn_hand_back(job.id, token, "taken while closing")
+                self._flush.set()  # the finisher re-checks whether anything still runs
                 return
             started = time.monotonic()
             try:
@@ -555,6 +560,7 @@ class Worker:
                 outcome = await self._runner.run(job, token)
             except asyncio.CancelledError:  # closing: close() hands the job back
                 self._running.pop(token, None)
+                self._flush.set()
                 raise
             except Exception as exc:  # a bug of ours: hand the job back rather than hold it
                 logger.exception("job %s: unexpected worker error: %s", job.id, exc)
@@ -616,12 +622,16 @@ class Worker:
         fetch = max(self._free_slots(for_finisher=True), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
         log = OutageLog(f"queue={self.name} recording {len(batch)} outcome(s)")
+        tokens = {f.token for f in batch}
+        self._recording |= tokens
         try:
             reply = await self._call(items, fetch, log)
         except ResponseError as exc:
             await self._record_one_by_one(batch, exc)
             self._wake_fetcher()
             return None
+        finally:
+            self._recording -= tokens
         if reply is None:  # closing, and Redis stayed unavailable past the deadline
             for finished in batch:
                 self._held.pop(finished.token, None)
