@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from .._connection import AsyncConn
 from .._retry import TRANSIENT
+from .._server_checks import ServerWatch
 from ..ops import now_ms
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
@@ -73,8 +74,6 @@ class StalledChecker:
         eviction policy after the first, the clock skew after every one. They only log, and
         never delay a stalled check.
         """
-        from .._server_checks import ServerWatch  # kept inside: this file's imports are shared
-
         server = ServerWatch(self._conn)
         while keep_going():
             try:
