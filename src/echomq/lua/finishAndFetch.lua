@@ -33,11 +33,13 @@
            - the jobs the lost send took still hold its tokens (prefix .. ARGV[5] + i - 1):
              if any is in `active`, those jobs are returned again and no more are taken.
 
-  Returns: {codes, taken, rate_limit_ttl, next_delayed_due}
+  Returns: {codes, taken, rate_limit_ttl, next_delayed_due, dangling}
     codes: one integer per item, 0, 1 (recorded by the lost send of a resent call) or an
       error code: -1 job missing, -2 lock missing, -3 not active, -4 pending children
       (complete), -6 lock held by another token, -9 failed children (complete)
     taken: flat {id, token, HGETALL, ...}
+    dangling: flat {id, structure, ...}: ids removed from wait, prioritized or delayed because
+      their job hash was missing (they took no slot)
 ]]
 --@include "common"
 --@include "enqueue"
