@@ -238,8 +238,9 @@ async def stall_storm(lab: Lab, impl: str) -> Run:
     A third of the jobs block on their first run only: each must run exactly twice and
     complete. Some jobs block on every run: they must run max-stalled-count + 1 times and end
     in ``failed``. The others must run once. Duplicates allowed: exactly those. Recovery:
-    from a blocking job's first start to its completion, bounded by the block + lock + 2
-    stalled intervals + 2 s (while every worker blocks, no stalled check runs).
+    from a blocking job's first start to its completion, bounded by twice the block + lock +
+    2 stalled intervals + 1 s: while every worker blocks, no stalled check runs, and the
+    recovered job may wait for a worker that is itself blocked.
     """
     lock, stalled, block = 1.0, 0.5, 3500
     n, always = pick(12, 60), pick(1, 3)
@@ -262,7 +263,7 @@ async def stall_storm(lab: Lab, impl: str) -> Run:
         for job_id in once + hard:
             if starts[job_id] != 2:
                 run.problems.append(f"blocking job {job_id} ran {starts[job_id]} times, not 2")
-        bound = block / 1000 + lock + 2 * stalled + 2
+        bound = 2 * block / 1000 + lock + 2 * stalled + 1
         for job_id in once:
             first = run.ledger.first_start(job_id) or now_ms()
             run.set_recovery(await run.recovery(first, [job_id]), bound)
