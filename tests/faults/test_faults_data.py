@@ -32,8 +32,9 @@ async def write_corrupt(run: Run) -> None:
     """The corrupt hashes and the dangling id, queued in ``wait`` like any job."""
     now = str(int(time.time() * 1000))
     for job_id, (data, opts) in CORRUPT.items():
-        fields = {"name": "raw", "data": data, "opts": opts, "timestamp": now}
-        await run.r.hset(f"bull:{run.queue}:{job_id}", mapping={**fields, "delay": 0})
+        fields: dict[str, bytes | str] = {"name": "raw", "data": data, "opts": opts}
+        fields.update(timestamp=now, delay="0")
+        await run.r.hset(f"bull:{run.queue}:{job_id}", mapping=fields)  # type: ignore[arg-type]
         await run.r.lpush(f"bull:{run.queue}:wait", job_id)
     await run.r.lpush(f"bull:{run.queue}:wait", DANGLING)
     await run.r.zadd(f"bull:{run.queue}:marker", {"0": 0})  # wake idle workers
@@ -79,9 +80,10 @@ async def corrupt_jobs(lab: Lab, impl: str) -> Run:
             if starts[job_id]:
                 run.problems.append(f"{job_id} was given to the processor {starts[job_id]}x")
         for job_id, (data, _) in CORRUPT.items():
-            reason = (await run.r.hget(f"bull:{run.queue}:{job_id}", "failedReason")) or b""
+            raw = await run.r.hget(f"bull:{run.queue}:{job_id}", "failedReason")
+            reason = raw.decode() if isinstance(raw, bytes) else str(raw or "")
             bad_data = data != b'{"ms": 10}'
-            if not reason or (bad_data and not reason.startswith(DATA_REASON.encode())):
+            if not reason or (bad_data and not reason.startswith(DATA_REASON)):
                 run.problems.append(f"{job_id} failed with reason {reason!r}")
         if await run.r.exists(f"bull:{run.queue}:{DANGLING}"):
             run.problems.append(f"a hash was created for the dangling id {DANGLING}")

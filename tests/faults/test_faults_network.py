@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from faultkit.audit import stream
 from faultkit.lab import Lab, Run, now_ms, verdict
 from faultkit.proxy import Predicate, flatten
 from faultkit.scale import pick
@@ -111,16 +112,7 @@ class Reader:
 
 async def stream_ids(run: Run) -> list[str]:
     """Every entry id of the queue's events stream, oldest first."""
-    out: list[str] = []
-    last = "-"
-    while True:
-        batch = await run.r.xrange(f"bull:{run.queue}:events", min=last, max="+", count=5000)
-        if last != "-":
-            batch = batch[1:]
-        if not batch:
-            return out
-        out.extend(i.decode() for i, _ in batch)
-        last = out[-1]
+    return [entry_id for entry_id, _ in await stream(run.r, run.queue)]
 
 
 def check_reader(run: Run, reader: Reader, expected: list[str], what: str) -> tuple[int, int]:

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio
 
@@ -69,6 +70,20 @@ async def locks(r: redis.asyncio.Redis, queue: str) -> list[str]:
     return sorted([_s(k) async for k in r.scan_iter(match=key(queue, "*:lock"), count=1000)])
 
 
+async def stream(r: redis.asyncio.Redis, queue: str) -> list[tuple[str, dict[str, str]]]:
+    """Every entry of the queue's events stream, oldest first, as ``(id, fields)``."""
+    out: list[tuple[str, dict[str, str]]] = []
+    last = "-"
+    while True:
+        batch: Any = await r.xrange(key(queue, "events"), min=last, max="+", count=5000)
+        if last != "-":
+            batch = batch[1:]
+        if not batch:
+            return out
+        out.extend((_s(i), {_s(k): _s(v) for k, v in raw.items()}) for i, raw in batch)
+        last = out[-1][0]
+
+
 async def outcome_events(r: redis.asyncio.Redis, queue: str) -> dict[str, Counter[str]]:
     """``completed`` / ``failed`` / ``stalled`` events per job id."""
     out: dict[str, Counter[str]] = {
@@ -76,19 +91,11 @@ async def outcome_events(r: redis.asyncio.Redis, queue: str) -> dict[str, Counte
         "failed": Counter(),
         "stalled": Counter(),
     }
-    last = "-"
-    while True:
-        entries = await r.xrange(key(queue, "events"), min=last, max="+", count=5000)
-        if last != "-":
-            entries = entries[1:]
-        if not entries:
-            return out
-        for _, raw in entries:
-            fields = {_s(k): _s(v) for k, v in raw.items()}
-            event = fields.get("event", "")
-            if event in out and "jobId" in fields:
-                out[event][fields["jobId"]] += 1
-        last = _s(entries[-1][0])
+    for _, fields in await stream(r, queue):
+        event = fields.get("event", "")
+        if event in out and "jobId" in fields:
+            out[event][fields["jobId"]] += 1
+    return out
 
 
 @dataclass

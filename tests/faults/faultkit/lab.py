@@ -146,7 +146,10 @@ class Run:
                     return worker
             return None
 
-        return await self.until(find, timeout, f"a worker running {running} jobs")
+        found: WorkerProc | None = await self.until(
+            find, timeout, f"a worker running {running} jobs"
+        )
+        return found
 
     async def unfinished(self, worker: WorkerProc | None = None) -> set[str]:
         """Jobs started (by ``worker``, or by anyone) whose outcome is not recorded."""
@@ -252,7 +255,7 @@ class Lab:
         workers connect through it unless ``via_proxy=False`` is given."""
         directory = self._dir / f"{len(self.runs)}-{impl}"
         directory.mkdir(parents=True)
-        server = FaultServer(directory / "redis", server_args)
+        server = FaultServer(directory / "redis", list(server_args))
         server.start()
         fault_proxy: FaultProxy | None = None
         if proxy:
