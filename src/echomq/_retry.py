@@ -29,7 +29,7 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, RETRYABLE) or not isinstance(exc, ResponseError)
 
 
-class Backoff:
+class RetryBackoff:
     """Exponential backoff between retries of a failing Redis call, reset on success."""
 
     def __init__(self, first: float = 0.05, cap: float = 5.0) -> None:
@@ -56,14 +56,14 @@ async def retrying(
     what: str,
     call: Callable[[], Awaitable[T]],
     is_stopping: Callable[[], bool],
-    backoff: Backoff | None = None,
+    backoff: RetryBackoff | None = None,
 ) -> T | None:
     """Run ``call`` until it succeeds; None if the worker began stopping meanwhile.
 
     Connection trouble is retried with backoff; a script error (ResponseError) propagates,
     since repeating the same call would fail the same way.
     """
-    backoff = backoff or Backoff()
+    backoff = backoff or RetryBackoff()
     while True:
         try:
             result = await call()

@@ -57,7 +57,7 @@ from ._event_types import (
     WaitingChildren,
     parse_entry,
 )
-from ._retry import TRANSIENT, Backoff
+from ._retry import TRANSIENT, RetryBackoff
 from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
 from .ops import to_str
@@ -313,7 +313,7 @@ class QueueEvents:
             self._ready.set()
 
     async def _read_loop(self) -> None:
-        backoff = Backoff()
+        backoff = RetryBackoff()
         while not self._closed:
             try:
                 await self._resolve_start()
@@ -424,7 +424,7 @@ class QueueEvents:
 
     async def _check_loop(self) -> None:
         """Look at the jobs of every waiter that registered meanwhile, in one round trip."""
-        backoff = Backoff()
+        backoff = RetryBackoff()
         while self._checks and not self._closed:
             batch = [(job_id, f) for job_id, f in self._checks if not f.done()]
             if not batch:

@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
-from .._retry import TRANSIENT, Backoff, retrying, stop_tasks
+from .._retry import TRANSIENT, RetryBackoff, retrying, stop_tasks
 from ..errors import ScriptError, error_for_code
 from ..job import Job
 from ..ops import now_ms
@@ -506,7 +506,7 @@ class Worker:
 
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
-        waiter, backoff = self._waiter, Backoff()
+        waiter, backoff = self._waiter, RetryBackoff()
         life = self._life
         # Connect the blocking connection now, so `get_workers` lists this worker at once.
         stopping = lambda: not life.may_fetch()  # noqa: E731

@@ -36,7 +36,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._retry import Backoff
+from .._retry import RetryBackoff
 
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
@@ -128,7 +128,7 @@ async def call_through_outages(
         Exception: whatever ``attempt`` raised that is not an outage (a script error).
     """
     log = log or OutageLog(what)
-    backoff = Backoff(first=0.02, cap=1.0)
+    backoff = RetryBackoff(first=0.02, cap=1.0)
     resend = log.last_error is not None and classify(log.last_error) is Outage.REPLY_LOST
     while True:
         try:
