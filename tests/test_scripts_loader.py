@@ -173,7 +173,8 @@ def test_sync_ensure_loaded_before_multi_after_flush(
 
 async def test_ensure_loaded_of_nothing_sends_nothing(redis: Redis) -> None:
     await scripts.ensure_loaded(redis, [])
-    scripts.ensure_loaded_sync(SyncRedis(), [])  # would fail to connect if it sent anything
+    # port 1 has no server (and is never the developer's 6379): any command would fail
+    scripts.ensure_loaded_sync(SyncRedis(host="127.0.0.1", port=1), [])
 
 
 def test_queue_refuses_a_wrong_key_count() -> None:
