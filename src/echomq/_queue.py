@@ -1,56 +1,35 @@
 """``Queue``: a convenience over one queue, and the helpers it shares with the module-level
 functions of :mod:`echomq.queue` (which re-exports it).
 
-A ``Queue`` remembers a name, a prefix, a connection and default job options; it holds no job.
-Its script calls go through one pipelined connection of its own (see ``_connection.AsyncConn``).
+``scripts/unasync.py`` generates ``echomq/sync/_queue.py`` (the blocking ``echomq.sync.Queue``)
+from ``echomq/_queue.py``, the one definition of both: edit the latter. Each method builds an
+:mod:`echomq.ops` operation (or plan) and runs it on the queue's connection.
 
-Producers fail fast: a connection error or timeout of ``add`` / ``add_bulk`` is raised as
-:class:`~echomq.errors.RedisUnavailableError` naming the server, and a queue made from a URL
-gives each connect ``connect_timeout``. After its first call that succeeds, a queue checks its
-server once per process (``_server_checks``).
+A ``Queue`` remembers a name, a prefix, a connection and default job options; it holds no job.
+Everything is validated before a connection is opened. Producers fail fast: a connection error
+or timeout of ``add`` / ``add_bulk`` is raised as :class:`~echomq.errors.RedisUnavailableError`
+naming the server, and a queue made from a URL gives each connect ``connect_timeout``. After its
+first call that succeeds, a queue checks its server once per process (``_server_checks``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from typing_extensions import Unpack
 
 from . import ops
 from ._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
+from ._job import Job
 from ._server_checks import check_on_first_use
-from .job import Job, JobData, JobState, ms_to_datetime
+from .job import JobState
 from .ops import BulkItem, Metrics, prepare_bulk
 from .options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
-from .protocol import fields
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
-
-JobT = TypeVar("JobT", bound=JobData)
-
-
-def job_from_prepared(cls: type[JobT], job_id: str, p: ops.PreparedJob, queue_name: str) -> JobT:
-    """An unbound job of ``cls`` for ``p``, just added as ``job_id`` (shared with the sync API)."""
-    return cls(
-        id=job_id,
-        name=p.name,
-        data=p.data,
-        queue_name=queue_name,
-        timestamp=ms_to_datetime(p.timestamp_ms),  # type: ignore[arg-type]
-        delay=p.delay_ms / 1000,
-        priority=p.priority,
-        wire_options=fields.loads(p.opts_json),
-    )
-
-
-def _job_from_prepared(job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: AsyncConn) -> Job:
-    job = job_from_prepared(Job, job_id, p, keys.name)
-    job._keys = keys
-    job._conn = conn
-    return job
 
 
 async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
@@ -59,7 +38,7 @@ async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: 
         job_id = await conn.run(ops.add_job(keys, prepared))
     except UNREACHABLE as exc:
         raise_unavailable(exc, conn.address)
-    return _job_from_prepared(job_id, prepared, keys, conn)
+    return Job._added(job_id, prepared, keys, conn)
 
 
 async def _add_bulk(
@@ -72,7 +51,7 @@ async def _add_bulk(
         job_ids = await conn.run(ops.add_jobs(keys, prepared))
     except UNREACHABLE as exc:
         raise_unavailable(exc, conn.address)
-    return [_job_from_prepared(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
+    return [Job._added(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
 
 async def _get_job(conn: AsyncConn, keys: QueueKeys, job_id: str) -> Job | None:
@@ -97,46 +76,13 @@ async def _resume(conn: AsyncConn, keys: QueueKeys) -> None:
     await conn.run_plan(ops.resume_plan(keys))
 
 
-class QueueBase:
-    """What the async and sync ``Queue`` share: a queue's keys and default job options.
-
-    Everything is validated here, before a connection is opened.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        prefix: str,
-        default_job_options: JobOptions | Mapping[str, Any] | None,
-        connection: object,
-    ) -> None:
-        self._keys = queue_keys(name, prefix)
-        self._defaults = coerce_options(default_job_options)
-        check_cluster_keys(connection, self._keys)
-
-    @property
-    def name(self) -> str:
-        """The queue name."""
-        return self._keys.name
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix."""
-        return self._keys.prefix
-
-    @property
-    def default_job_options(self) -> JobOptions:
-        """Options applied to every job added through this queue."""
-        return self._defaults
-
-
-class Queue(QueueBase):
+class Queue:
     """A convenience that remembers a queue's name, prefix, connection and default options.
 
-    It holds no job. Its script calls (adds, job methods) go through one pipelined connection
-    of its own, opened on first use with the client's settings. ``async with Queue(...)`` or
-    ``await queue.aclose()`` closes that connection, and the client if the queue opened it from
-    a URL; a client you pass is never closed.
+    It holds no job. Its calls (adds, job methods) go through a connection of its own (in the
+    async API, one pipelined channel opened on first use with the client's settings).
+    ``async with Queue(...)`` or ``await queue.aclose()`` closes it, and the client if the queue
+    opened it from a URL; a client you pass is never closed.
 
     Args:
         name: the queue name (no ``:``).
@@ -160,17 +106,34 @@ class Queue(QueueBase):
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        super().__init__(name, prefix, default_job_options, connection)
+        self._keys = queue_keys(name, prefix)
+        self._defaults = coerce_options(default_job_options)
+        check_cluster_keys(connection, self._keys)
         budget = connect_budget(connect_timeout)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=budget)
         check_on_first_use(self._conn)
+
+    @property
+    def name(self) -> str:
+        """The queue name."""
+        return self._keys.name
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix."""
+        return self._keys.prefix
+
+    @property
+    def default_job_options(self) -> JobOptions:
+        """Options applied to every job added through this queue."""
+        return self._defaults
 
     async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""
         merged = self._defaults.merged(JobOptions.build(options))
         return await _add(self._conn, self._keys, name, data, merged)
 
-    async def add_bulk(self, jobs: Sequence[BulkItem]) -> list[Job]:
+    async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
         """Add many jobs in one MULTI/EXEC. See :func:`add_bulk`."""
         return await _add_bulk(self._conn, self._keys, jobs, self._defaults)
 

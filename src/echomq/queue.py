@@ -1,9 +1,12 @@
-"""The async producer API: module-level functions over a caller's connection, and ``Queue``.
+"""The producer API: module-level functions over a caller's connection, and ``Queue``.
 
 A queue name is a coordinate, not a container: ``await add("emails", "send", data,
 connection=redis)`` writes the job with one script call and keeps nothing in memory. ``Queue``
 (defined in ``_queue``, re-exported here) only remembers a name, a prefix, a connection and
 default job options.
+
+``scripts/unasync.py`` generates ``echomq/sync/_api.py`` (the blocking functions of
+``echomq.sync``) from ``echomq/queue.py``, the one definition of both: edit the latter.
 """
 
 from __future__ import annotations
@@ -19,21 +22,18 @@ from typing_extensions import Unpack
 from . import ops
 from ._connection import AsyncConn, AsyncConnection
 from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, async_client_from_url
+from ._job import Job
 from ._queue import Queue as Queue
-from ._queue import QueueBase as QueueBase
 from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
-from ._queue import job_from_prepared as job_from_prepared
 from ._server_checks import check_on_first_use
-from .job import Job, JobData, JobState
+from .job import JobState
 from .ops import BulkItem as BulkItem
 from .ops import Metrics as Metrics
 from .ops import MetricsMeta as MetricsMeta
-from .ops import prepare_bulk as prepare_bulk
 from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
 from .protocol.keys import DEFAULT_PREFIX, queue_keys
 
 T = TypeVar("T")
-JobT = TypeVar("JobT", bound=JobData)
 
 
 async def add(
@@ -67,7 +67,7 @@ async def add(
     keys = queue_keys(queue, prefix)
     job_options = JobOptions.build(options)
     async with _connected(connection) as conn:
-        return await _add(conn, keys, name, data, job_options)
+        return _detached(conn, await _add(conn, keys, name, data, job_options))
 
 
 async def add_bulk(
@@ -95,7 +95,7 @@ async def add_bulk(
     """
     keys = queue_keys(queue, prefix)
     async with _connected(connection) as conn:
-        return await _add_bulk(conn, keys, jobs, EMPTY_OPTIONS)
+        return [_detached(conn, job) for job in await _add_bulk(conn, keys, jobs, EMPTY_OPTIONS)]
 
 
 async def get_job(
@@ -107,12 +107,18 @@ async def get_job(
 ) -> Job | None:
     """Read one job, or None when it does not exist.
 
-    The returned job is bound to ``connection``; with a URL connection it is closed on return,
-    so use a ``Queue`` or your own client to call the job's methods afterwards.
+    Args:
+        queue: the queue name.
+        job_id: the job.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
+            job's fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`;
+            read it through a ``Queue`` to call them).
+        prefix: the key prefix.
     """
     keys = queue_keys(queue, prefix)
     async with _connected(connection) as conn:
-        return await _get_job(conn, keys, job_id)
+        job = await _get_job(conn, keys, job_id)
+        return None if job is None else _detached(conn, job)
 
 
 def client_from_url(
@@ -156,6 +162,14 @@ async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
     finally:
         if conn.owned:
             await conn.aclose()
+
+
+def _detached(conn: AsyncConn, job: Job) -> Job:
+    """``job`` unbound if ``conn`` is a URL's, which the call closes before returning: its
+    methods then raise :class:`~echomq.ConnectionNotOpenError` saying what to do instead."""
+    if conn.owned:
+        job._conn = None
+    return job
 
 
 async def _run(connection: AsyncConnection, op: ops.Op[T]) -> T:
@@ -205,8 +219,9 @@ async def get_jobs(
         start: first index of each state's slice.
         end: last index (``-1``: to the end).
         asc: oldest first.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (the jobs returned are then
-            bound to a closed connection; read them through a ``Queue`` to call their methods).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
+            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`; read them
+            through a ``Queue`` to call them).
         prefix: the key prefix.
 
     Raises:
@@ -214,7 +229,8 @@ async def get_jobs(
     """
     keys = queue_keys(queue, prefix)
     async with _connected(connection) as conn:
-        return await _get_jobs(conn, keys, states, start, end, asc)
+        jobs = await _get_jobs(conn, keys, states, start, end, asc)
+        return [_detached(conn, job) for job in jobs]
 
 
 async def get_job_counts(

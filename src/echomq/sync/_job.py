@@ -1,93 +1,170 @@
-"""The sync :class:`Job`: the fields of :class:`echomq.job.JobData` with blocking methods.
+# Generated from src/echomq/_job.py by scripts/unasync.py: do not edit. Edit the source, then run
+# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+"""``Job``: the fields of :class:`~echomq.job.JobData` bound to a queue and a connection.
 
-Each method runs the same :mod:`echomq.ops` operation as its :class:`echomq.Job` twin on the
-job's ``redis.Redis`` client, then updates the snapshot the same way.
+``scripts/unasync.py`` generates ``echomq/sync/_job.py`` (the blocking ``echomq.sync.Job``) from
+``echomq/_job.py``, the one definition of both: edit the latter. Each method builds one
+:mod:`echomq.ops` operation, runs it on the job's connection and updates the snapshot; keep them
+that thin, and keep what only an event loop can do between ``unasync: async-only`` markers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import redis
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from .. import ops
-from .._connection import SyncConn
 from ..errors import ConnectionNotOpenError, error_for_code
 from ..job import JobData, JobState
-from ..options import Duration, to_seconds
+from ..ops import worker as wops
+from ..options import Duration, moment_to_ms, to_seconds
 from ..protocol import codes
 from ..protocol.keys import QueueKeys
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """What a job needs of its connection: run an operation or a multi-step plan."""
+
+    def run(self, op: ops.Op[T]) -> T:
+        """Run one operation."""
+        ...
+
+    def run_plan(self, plan: ops.Plan[T]) -> T:
+        """Drive a multi-step plan."""
+        ...
 
 
 @dataclasses.dataclass(slots=True, eq=False)
 class Job(JobData):
-    """Sync twin of :class:`echomq.Job`: the same fields, with blocking producer-side methods.
+    """A job of a queue, bound to the connection it was read or added with.
 
-    The fields are a snapshot; :meth:`refresh` reads them again.
+    Its methods act on Redis; the fields are a snapshot (call :meth:`refresh` to read them
+    again).
     """
 
     _keys: QueueKeys | None = dataclasses.field(default=None, repr=False)
-    _conn: SyncConn | None = dataclasses.field(default=None, repr=False)
+    _conn: Runner | None = dataclasses.field(default=None, repr=False)
+    _token: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
-    def _from_hash(cls, job_id: str, h: dict[str, str], keys: QueueKeys, conn: SyncConn) -> Job:
+    def from_hash(cls, job_id: str, h: dict[str, str], keys: QueueKeys, conn: Runner | None) -> Job:
+        """Decode a job hash into a bound Job."""
         job = cls._decoded(job_id, h, keys.name)
-        job._keys, job._conn = keys, conn
+        job._keys = keys
+        job._conn = conn
         return job
 
-    def _bound(self) -> tuple[QueueKeys, redis.Redis]:
+    @classmethod
+    def _added(cls, job_id: str, p: ops.PreparedJob, keys: QueueKeys, conn: Runner | None) -> Job:
+        """The job just added as ``job_id`` from ``p``, bound to ``conn``."""
+        job = cls._prepared(job_id, p, keys.name)
+        job._keys = keys
+        job._conn = conn
+        return job
+
+    @property
+    def token(self) -> str | None:
+        """The lock token of this job while a worker processes it (None otherwise)."""
+        return self._token
+
+    def _bound(self) -> tuple[QueueKeys, Runner]:
         if self._keys is None or self._conn is None:
             raise ConnectionNotOpenError(
-                f"job {self.id} is not bound to a connection; read it through a Queue"
+                f"job {self.id} has no open connection: it was built unbound, or read with a URL"
+                " connection that the call closed before returning; read it through a Queue"
+                " that is still open, or pass a client you own as connection="
             )
-        return self._keys, self._conn.client
+        return self._keys, self._conn
+
+    def move_to_delayed(self, timestamp: datetime | float, token: str | None = None) -> None:
+        """From a processor: park this active job in delayed until ``timestamp``.
+
+        No attempt is counted. Raise :class:`~echomq.DelayedError` right after, so the worker
+        moves on without recording an outcome.
+
+        Args:
+            timestamp: when the job may run again (datetime or epoch seconds).
+            token: the lock token; defaults to the one the worker took the job with.
+
+        Raises:
+            LockError: the lock is no longer ours; JobNotInStateError: the job is not active.
+        """
+        keys, conn = self._bound()
+        lock = token or self._token or "0"
+        now = ops.now_ms()
+        delay = max(moment_to_ms(timestamp, "timestamp") - now, 0)
+        item = wops.finish_item(wops.DELAY, self.id, lock, delay_ms=delay, flag=True)
+        params = wops.FetchParams(token_prefix="", lock_ms=0)
+        reply = conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, now))
+        ops.check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
+        self.delay = delay / 1000
 
     def get_state(self) -> JobState:
-        """Sync twin of :meth:`echomq.Job.get_state`."""
-        keys, client = self._bound()
-        return JobState(ops.get_state(keys, self.id).run_sync(client))
+        """The state the job is in now (``JobState.UNKNOWN`` once it was removed)."""
+        keys, conn = self._bound()
+        state: str = conn.run(ops.get_state(keys, self.id))
+        return JobState(state)
 
     def is_completed(self) -> bool:
-        """Sync twin of :meth:`echomq.Job.is_completed`."""
+        """Whether the job is in the completed state."""
         return self.get_state() is JobState.COMPLETED
 
     def is_failed(self) -> bool:
-        """Sync twin of :meth:`echomq.Job.is_failed`."""
+        """Whether the job is in the failed state."""
         return self.get_state() is JobState.FAILED
 
     def refresh(self) -> None:
-        """Sync twin of :meth:`echomq.Job.refresh`.
+        """Read the job's fields again, in place.
 
         Raises:
             JobNotFoundError: the job no longer exists.
         """
-        keys, client = self._bound()
-        h = ops.get_job_hash(keys, self.id).run_sync(client)
+        keys, conn = self._bound()
+        h = conn.run(ops.get_job_hash(keys, self.id))
         if h is None:
             raise error_for_code(codes.JOB_NOT_EXIST, job_id=self.id, command="refresh")
         self._fill_from_hash(h)
 
     def get_logs(self, start: int = 0, end: int = -1, asc: bool = True) -> tuple[list[str], int]:
-        """Sync twin of :meth:`echomq.Job.get_logs`."""
-        keys, client = self._bound()
-        return ops.get_logs(keys, self.id, start, end, asc).run_sync(client)
+        """A slice of the job's log lines (oldest first unless ``asc`` is False) and their total."""
+        keys, conn = self._bound()
+        return conn.run(ops.get_logs(keys, self.id, start, end, asc))
 
     def log(self, line: str) -> int:
-        """Sync twin of :meth:`echomq.Job.log`; returns how many lines the log holds now."""
-        keys, client = self._bound()
-        return ops.add_log(keys, self.id, line, self._keep_logs()).run_sync(client)
+        """Append a line to the job's log, keeping only the newest ``keep_logs`` lines if set.
+
+        Returns:
+            How many lines the log holds now.
+
+        Raises:
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, conn = self._bound()
+        return conn.run(ops.add_log(keys, self.id, line, self._keep_logs()))
 
     def update_data(self, data: Any) -> None:
-        """Sync twin of :meth:`echomq.Job.update_data`."""
-        keys, client = self._bound()
-        ops.update_data(keys, self.id, data).run_sync(client)
+        """Replace the job's payload (no event is emitted).
+
+        Raises:
+            PayloadError: ``data`` is not JSON-serialisable; nothing was written.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.update_data(keys, self.id, data))
         self.data = data
 
     def update_progress(self, progress: float | dict[str, Any]) -> None:
-        """Sync twin of :meth:`echomq.Job.update_progress`."""
-        keys, client = self._bound()
-        ops.update_progress(keys, self.id, progress).run_sync(client)
+        """Record the job's progress (a number or a JSON object) and emit a ``progress`` event.
+
+        Raises:
+            ValidationError: ``progress`` is neither a number nor a JSON object.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.update_progress(keys, self.id, progress))
         self.progress = progress
 
     def retry(
@@ -97,30 +174,73 @@ class Job(JobData):
         reset_attempts_made: bool = False,
         reset_attempts_started: bool = False,
     ) -> None:
-        """Sync twin of :meth:`echomq.Job.retry`."""
-        keys, client = self._bound()
-        self._retry_op(keys, state, reset_attempts_made, reset_attempts_started).run_sync(client)
+        """Send a failed (or completed) job back to be processed again.
+
+        Its result fields, ``finished_on`` and ``processed_on`` are cleared; a job with a
+        priority goes to ``prioritized``, any other to ``wait`` (served next if it is lifo).
+
+        Args:
+            state: where the job is now: ``"failed"`` or ``"completed"``.
+            reset_attempts_made: also reset ``attempts_made`` to 0.
+            reset_attempts_started: also reset ``attempts_started`` to 0.
+
+        Raises:
+            ValidationError: ``state`` is neither ``"failed"`` nor ``"completed"``.
+            JobNotFoundError: the job no longer exists.
+            JobNotInStateError: the job is not in ``state``.
+        """
+        keys, conn = self._bound()
+        conn.run(self._retry_op(keys, state, reset_attempts_made, reset_attempts_started))
         self._reset_for_retry(reset_attempts_made, reset_attempts_started)
 
     def promote(self) -> None:
-        """Sync twin of :meth:`echomq.Job.promote`."""
-        keys, client = self._bound()
-        ops.promote_job(keys, self.id).run_sync(client)
+        """Run a delayed job now: it moves to ``wait`` (or ``prioritized``).
+
+        Raises:
+            JobNotInStateError: the job is not delayed.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.promote_job(keys, self.id))
         self.delay = 0.0
 
     def change_priority(self, priority: int, *, lifo: bool = False) -> None:
-        """Sync twin of :meth:`echomq.Job.change_priority`."""
-        keys, client = self._bound()
-        ops.change_priority(keys, self.id, priority, lifo=lifo).run_sync(client)
+        """Change the job's priority (0 = none, lower runs first; at most 2**21 - 1).
+
+        A waiting job moves between ``wait`` and ``prioritized``; with ``lifo`` it goes to the
+        front of its priority. A delayed job keeps the new priority for when it is due.
+
+        Raises:
+            ValidationError: ``priority`` is out of range.
+            JobNotFoundError: the job no longer exists.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.change_priority(keys, self.id, priority, lifo=lifo))
         self.priority = priority
 
     def change_delay(self, delay: Duration) -> None:
-        """Sync twin of :meth:`echomq.Job.change_delay`."""
-        keys, client = self._bound()
-        ops.change_delay(keys, self.id, delay).run_sync(client)
+        """Reschedule a delayed job to run ``delay`` (seconds or timedelta) from now.
+
+        Raises:
+            InvalidOptionError: ``delay`` is negative or not a duration.
+            JobNotFoundError: the job no longer exists.
+            JobNotInStateError: the job is not delayed.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.change_delay(keys, self.id, delay))
         self.delay = to_seconds(delay, "delay")
 
     def remove(self, *, remove_children: bool = True) -> bool:
-        """Sync twin of :meth:`echomq.Job.remove`; True if the job existed."""
-        keys, client = self._bound()
-        return ops.remove_job(keys, self.id, remove_children=remove_children).run_sync(client)
+        """Delete the job, from whatever state holds it (see :meth:`Queue.remove`).
+
+        Args:
+            remove_children: also remove the children recorded on it, in any queue.
+
+        Returns:
+            True if the job existed, False if it was already gone.
+
+        Raises:
+            JobLockedError: a worker holds the job (or a pending child); nothing was removed.
+            JobBelongsToSchedulerError: the job is its scheduler's current iteration.
+        """
+        keys, conn = self._bound()
+        return conn.run(ops.remove_job(keys, self.id, remove_children=remove_children))

@@ -1,9 +1,17 @@
-"""The sync :class:`Queue`: remembers a queue's name, prefix, connection and default options.
+# Generated from src/echomq/_queue.py by scripts/unasync.py: do not edit. Edit the source, then run
+# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+"""``Queue``: a convenience over one queue, and the helpers it shares with the module-level
+functions of :mod:`echomq.queue` (which re-exports it).
 
-Each method builds the :mod:`echomq.ops` operation (or plan) its :class:`echomq.Queue` twin
-builds and runs it with ``run_sync`` / ``run_plan_sync``. Like its twin, it fails fast
-(``connect_timeout``, :class:`~echomq.RedisUnavailableError`) and checks its server once per
-process after its first call that succeeds.
+``scripts/unasync.py`` generates ``echomq/sync/_queue.py`` (the blocking ``echomq.sync.Queue``)
+from ``echomq/_queue.py``, the one definition of both: edit the latter. Each method builds an
+:mod:`echomq.ops` operation (or plan) and runs it on the queue's connection.
+
+A ``Queue`` remembers a name, a prefix, a connection and default job options; it holds no job.
+Everything is validated before a connection is opened. Producers fail fast: a connection error
+or timeout of ``add`` / ``add_bulk`` is raised as :class:`~echomq.errors.RedisUnavailableError`
+naming the server, and a queue made from a URL gives each connect ``connect_timeout``. After its
+first call that succeeds, a queue checks its server once per process (``_server_checks``).
 """
 
 from __future__ import annotations
@@ -11,29 +19,72 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from typing_extensions import Unpack
 
 from .. import ops
-from .._connection import SyncConn, SyncConnection
+from .._connection import SyncConn, SyncConnection, check_cluster_keys
 from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
-from .._queue import QueueBase, job_from_prepared
 from .._server_checks import check_on_first_use_sync
 from ..job import JobState
-from ..ops import BulkItem, Metrics
-from ..options import UNSET, Duration, JobOptions, JobOptionsDict
-from ..protocol.keys import DEFAULT_PREFIX
+from ..ops import BulkItem, Metrics, prepare_bulk
+from ..options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
+from ..protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from ._job import Job
 
-T = TypeVar("T")
+
+def _add(conn: SyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
+    prepared = ops.prepare_job(name, data, options)
+    try:
+        job_id = conn.run(ops.add_job(keys, prepared))
+    except UNREACHABLE as exc:
+        raise_unavailable(exc, conn.address)
+    return Job._added(job_id, prepared, keys, conn)
 
 
-class Queue(QueueBase):
-    """Sync twin of :class:`echomq.Queue`: remembers a name, prefix, connection and defaults.
+def _add_bulk(
+    conn: SyncConn, keys: QueueKeys, items: Iterable[BulkItem], defaults: JobOptions
+) -> list[Job]:
+    prepared = prepare_bulk(items, defaults)
+    if not prepared:
+        return []
+    try:
+        job_ids = conn.run(ops.add_jobs(keys, prepared))
+    except UNREACHABLE as exc:
+        raise_unavailable(exc, conn.address)
+    return [Job._added(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
 
-    ``with Queue(...)`` or :meth:`close` closes the client if the queue opened it from a URL; a
-    ``redis.Redis`` you pass is never closed.
+
+def _get_job(conn: SyncConn, keys: QueueKeys, job_id: str) -> Job | None:
+    h = conn.run(ops.get_job_hash(keys, job_id))
+    return None if h is None else Job.from_hash(job_id, h, keys, conn)
+
+
+def _get_jobs(
+    conn: SyncConn,
+    keys: QueueKeys,
+    states: str | Iterable[str] | None,
+    start: int,
+    end: int,
+    asc: bool,
+) -> list[Job]:
+    types = ops.normalize_types(states, ops.DEFAULT_COUNT_TYPES)
+    pairs = conn.run_plan(ops.get_jobs_plan(keys, types, start, end, asc))
+    return [Job.from_hash(i, h, keys, conn) for i, h in pairs]
+
+
+def _resume(conn: SyncConn, keys: QueueKeys) -> None:
+    conn.run_plan(ops.resume_plan(keys))
+
+
+class Queue:
+    """A convenience that remembers a queue's name, prefix, connection and default options.
+
+    It holds no job. Its calls (adds, job methods) go through a connection of its own (in the
+    async API, one pipelined channel opened on first use with the client's settings).
+    ``with Queue(...)`` or ``queue.close()`` closes it, and the client if the queue
+    opened it from a URL; a client you pass is never closed.
 
     Args:
         name: the queue name (no ``:``).
@@ -42,7 +93,7 @@ class Queue(QueueBase):
         default_job_options: options applied to every job added through this queue.
         connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
             (TCP and handshake) before :class:`~echomq.RedisUnavailableError`; ignored for a
-            client you pass.
+            client you pass, whose own settings apply.
 
     Raises:
         InvalidOptionError: ``connect_timeout`` is not a positive duration.
@@ -57,49 +108,45 @@ class Queue(QueueBase):
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        super().__init__(name, prefix, default_job_options, connection)
-        self._conn = SyncConn(connection, connect_timeout=connect_budget(connect_timeout))
+        self._keys = queue_keys(name, prefix)
+        self._defaults = coerce_options(default_job_options)
+        check_cluster_keys(connection, self._keys)
+        budget = connect_budget(connect_timeout)
+        self._conn = SyncConn(connection, connect_timeout=budget)
         check_on_first_use_sync(self._conn)
 
-    def _run(self, op: ops.Op[T]) -> T:
-        return self._conn.run(op)
+    @property
+    def name(self) -> str:
+        """The queue name."""
+        return self._keys.name
 
-    def _plan(self, plan: ops.Plan[T]) -> T:
-        return self._conn.run_plan(plan)
+    @property
+    def prefix(self) -> str:
+        """The key prefix."""
+        return self._keys.prefix
 
-    def _added(self, job_id: str, prepared: ops.PreparedJob) -> Job:
-        job = job_from_prepared(Job, job_id, prepared, self._keys.name)
-        job._keys, job._conn = self._keys, self._conn
-        return job
+    @property
+    def default_job_options(self) -> JobOptions:
+        """Options applied to every job added through this queue."""
+        return self._defaults
 
     def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
-        """Sync twin of :meth:`echomq.Queue.add`; per-call options override the defaults."""
-        prepared = ops.prepare_job(name, data, self._defaults.merged(JobOptions.build(options)))
-        try:
-            job_id = self._conn.run(ops.add_job(self._keys, prepared))
-        except UNREACHABLE as exc:
-            raise_unavailable(exc, self._conn.address)
-        return self._added(job_id, prepared)
+        """Add one job; per-call options override the queue's defaults. See :func:`add`."""
+        merged = self._defaults.merged(JobOptions.build(options))
+        return _add(self._conn, self._keys, name, data, merged)
 
     def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
-        """Sync twin of :meth:`echomq.Queue.add_bulk`: one MULTI/EXEC, all or nothing."""
-        prepared = ops.prepare_bulk(jobs, self._defaults)
-        if not prepared:
-            return []
-        try:
-            job_ids = self._conn.run(ops.add_jobs(self._keys, prepared))
-        except UNREACHABLE as exc:
-            raise_unavailable(exc, self._conn.address)
-        return [self._added(job_id, p) for job_id, p in zip(job_ids, prepared)]
+        """Add many jobs in one MULTI/EXEC. See :func:`add_bulk`."""
+        return _add_bulk(self._conn, self._keys, jobs, self._defaults)
 
     def get_job(self, job_id: str) -> Job | None:
-        """Sync twin of :meth:`echomq.Queue.get_job`."""
-        h = self._run(ops.get_job_hash(self._keys, job_id))
-        return None if h is None else Job._from_hash(job_id, h, self._keys, self._conn)
+        """Read one job, or None when it does not exist."""
+        return _get_job(self._conn, self._keys, job_id)
 
     def get_state(self, job_id: str) -> JobState:
-        """Sync twin of :meth:`echomq.Queue.get_state`."""
-        return JobState(self._run(ops.get_state(self._keys, job_id)))
+        """The state a job is in. See :func:`get_state`."""
+        state: str = self._conn.run(ops.get_state(self._keys, job_id))
+        return JobState(state)
 
     def get_jobs(
         self,
@@ -108,10 +155,8 @@ class Queue(QueueBase):
         end: int = -1,
         asc: bool = False,
     ) -> list[Job]:
-        """Sync twin of :meth:`echomq.Queue.get_jobs`."""
-        types = ops.normalize_types(states, ops.DEFAULT_COUNT_TYPES)
-        pairs = self._plan(ops.get_jobs_plan(self._keys, types, start, end, asc))
-        return [Job._from_hash(i, h, self._keys, self._conn) for i, h in pairs]
+        """Read the jobs in some states, newest first unless ``asc``. See :func:`get_jobs`."""
+        return _get_jobs(self._conn, self._keys, states, start, end, asc)
 
     def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
         """Waiting jobs, next to run first."""
@@ -142,59 +187,63 @@ class Queue(QueueBase):
         return self.get_jobs("waiting-children", start, end, asc=True)
 
     def get_job_counts(self, *states: str) -> dict[str, int]:
-        """Sync twin of :meth:`echomq.Queue.get_job_counts`."""
+        """How many jobs each state holds. See :func:`get_job_counts`."""
         types = ops.normalize_types(states or None, ops.DEFAULT_COUNT_TYPES)
-        return self._run(ops.get_counts(self._keys, types))
+        return self._conn.run(ops.get_counts(self._keys, types))
 
     def count(self) -> int:
-        """Sync twin of :meth:`echomq.Queue.count`."""
-        return sum(self._run(ops.get_counts(self._keys, ops.PENDING_TYPES)).values())
+        """How many jobs have not started yet. See :func:`count`."""
+        counts = self._conn.run(ops.get_counts(self._keys, ops.PENDING_TYPES))
+        return sum(counts.values())
 
     def get_job_logs(
         self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
     ) -> tuple[list[str], int]:
-        """Sync twin of :meth:`echomq.Queue.get_job_logs`."""
-        return self._run(ops.get_logs(self._keys, job_id, start, end, asc))
+        """A slice of a job's log lines and their total. See :func:`get_job_logs`."""
+        op = ops.get_logs(self._keys, job_id, start, end, asc)
+        return self._conn.run(op)
 
     def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
-        """Sync twin of :meth:`echomq.Queue.get_metrics`."""
-        return self._run(ops.get_metrics(self._keys, kind, start, end))
+        """Per-minute finish counts of the queue's workers. See :func:`get_metrics`."""
+        return self._conn.run(ops.get_metrics(self._keys, kind, start, end))
 
     def is_paused(self) -> bool:
-        """Sync twin of :meth:`echomq.Queue.is_paused`."""
-        return self._run(ops.is_paused(self._keys))
+        """Whether the queue is globally paused."""
+        return self._conn.run(ops.is_paused(self._keys))
 
     def pause(self) -> None:
-        """Sync twin of :meth:`echomq.Queue.pause`."""
-        self._run(ops.pause_queue(self._keys, True))
+        """Pause the queue. See :func:`pause`."""
+        self._conn.run(ops.pause_queue(self._keys, True))
 
     def resume(self) -> None:
-        """Sync twin of :meth:`echomq.Queue.resume`."""
-        self._plan(ops.resume_plan(self._keys))
+        """Resume the queue. See :func:`resume`."""
+        _resume(self._conn, self._keys)
 
     def get_workers(self) -> list[dict[str, str]]:
-        """Sync twin of :meth:`echomq.Queue.get_workers`."""
-        return self._run(ops.get_workers(self._keys))
+        """The connections of this queue's workers. See :func:`get_workers`."""
+        return self._conn.run(ops.get_workers(self._keys))
 
     def trim_events(self, max_len: int) -> int:
-        """Sync twin of :meth:`echomq.Queue.trim_events`."""
-        return self._run(ops.trim_events(self._keys, max_len))
+        """Trim the events stream to about ``max_len`` entries. See :func:`trim_events`."""
+        return self._conn.run(ops.trim_events(self._keys, max_len))
 
     def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
-        """Sync twin of :meth:`echomq.Queue.remove`."""
-        return self._run(ops.remove_job(self._keys, job_id, remove_children=remove_children))
+        """Delete one job (and by default its children). See :func:`remove`."""
+        op = ops.remove_job(self._keys, job_id, remove_children=remove_children)
+        return self._conn.run(op)
 
     def drain(self, *, delayed: bool = False) -> None:
-        """Sync twin of :meth:`echomq.Queue.drain`."""
-        self._plan(ops.drain_plan(self._keys, delayed=delayed))
+        """Delete every job waiting to run. See :func:`drain`."""
+        self._conn.run_plan(ops.drain_plan(self._keys, delayed=delayed))
 
     def clean(self, grace: Duration, limit: int = 0, state: str = "completed") -> list[str]:
-        """Sync twin of :meth:`echomq.Queue.clean`."""
-        return self._plan(ops.clean_plan(self._keys, grace, limit, state))
+        """Delete jobs of ``state`` older than ``grace``. See :func:`clean`."""
+        plan = ops.clean_plan(self._keys, grace, limit, state)
+        return self._conn.run_plan(plan)
 
     def obliterate(self, *, force: bool = False) -> None:
-        """Sync twin of :meth:`echomq.Queue.obliterate`."""
-        self._plan(ops.obliterate_plan(self._keys, force=force))
+        """Pause the queue and delete all of it. See :func:`obliterate`."""
+        self._conn.run_plan(ops.obliterate_plan(self._keys, force=force))
 
     def retry_jobs(
         self,
@@ -202,12 +251,13 @@ class Queue(QueueBase):
         count: int = ops.admin.BATCH,
         timestamp: datetime | float | None = None,
     ) -> None:
-        """Sync twin of :meth:`echomq.Queue.retry_jobs`."""
-        self._plan(ops.retry_jobs_plan(self._keys, state, count, timestamp))
+        """Move failed (or completed) jobs back to wait. See :func:`retry_jobs`."""
+        plan = ops.retry_jobs_plan(self._keys, state, count, timestamp)
+        self._conn.run_plan(plan)
 
     def promote_jobs(self, count: int = ops.admin.BATCH) -> None:
-        """Sync twin of :meth:`echomq.Queue.promote_jobs`."""
-        self._plan(ops.promote_jobs_plan(self._keys, count))
+        """Move every delayed job to wait now. See :func:`promote_jobs`."""
+        self._conn.run_plan(ops.promote_jobs_plan(self._keys, count))
 
     def close(self) -> None:
         """Close the connection if this queue opened it."""

@@ -1,0 +1,533 @@
+# Generated from src/echomq/queue.py by scripts/unasync.py: do not edit. Edit the source, then run
+# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+"""The producer API: module-level functions over a caller's connection, and ``Queue``.
+
+A queue name is a coordinate, not a container: ``add("emails", "send", data,
+connection=redis)`` writes the job with one script call and keeps nothing in memory. ``Queue``
+(defined in ``_queue``, re-exported here) only remembers a name, a prefix, a connection and
+default job options.
+
+``scripts/unasync.py`` generates ``echomq/sync/_api.py`` (the blocking functions of
+``echomq.sync``) from ``echomq/queue.py``, the one definition of both: edit the latter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any, TypeVar
+
+import redis
+from typing_extensions import Unpack
+
+from .. import ops
+from .._connection import SyncConn, SyncConnection
+from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, sync_client_from_url
+from .._server_checks import check_on_first_use_sync
+from ..job import JobState
+from ..ops import BulkItem as BulkItem
+from ..ops import Metrics as Metrics
+from ..ops import MetricsMeta as MetricsMeta
+from ..options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
+from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ._job import Job
+from ._queue import Queue as Queue
+from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
+
+T = TypeVar("T")
+
+
+def add(
+    queue: str,
+    name: str,
+    data: Any = UNSET,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+    **options: Unpack[JobOptionsDict],
+) -> Job:
+    """Add one job to ``queue``; nothing but Redis holds it afterwards.
+
+    Args:
+        queue: the queue name (no ``:``).
+        name: the job name, given to the processor.
+        data: the payload; any JSON-serialisable value (``{}`` when omitted, as in Node).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here, with
+            a 1 s connect timeout; :func:`client_from_url` makes a client with another).
+        prefix: the key prefix (``bull`` is BullMQ's default).
+        **options: job options, see :class:`~echomq.JobOptions`.
+
+    Returns:
+        The added job (its ``id`` is the generated or custom id).
+
+    Raises:
+        ValidationError: bad name, id, option or payload; nothing was written.
+        RedisUnavailableError: Redis could not be reached or did not answer (the message
+            names the server).
+    """
+    keys = queue_keys(queue, prefix)
+    job_options = JobOptions.build(options)
+    with _connected(connection) as conn:
+        return _detached(conn, _add(conn, keys, name, data, job_options))
+
+
+def add_bulk(
+    queue: str,
+    jobs: Iterable[BulkItem],
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> list[Job]:
+    """Add many jobs in one MULTI/EXEC: all of them land, or none.
+
+    Args:
+        queue: the queue name.
+        jobs: items ``(name, data)`` or ``(name, data, options)``; options are a
+            :class:`~echomq.JobOptions` or a mapping of option keywords.
+        connection: a ``redis.Redis`` you own, or a URL.
+        prefix: the key prefix.
+
+    Returns:
+        The jobs, in the order given.
+
+    Raises:
+        ValidationError: any item is invalid; nothing was written.
+        RedisUnavailableError: Redis could not be reached or did not answer.
+    """
+    keys = queue_keys(queue, prefix)
+    with _connected(connection) as conn:
+        return [_detached(conn, job) for job in _add_bulk(conn, keys, jobs, EMPTY_OPTIONS)]
+
+
+def get_job(
+    queue: str,
+    job_id: str,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> Job | None:
+    """Read one job, or None when it does not exist.
+
+    Args:
+        queue: the queue name.
+        job_id: the job.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the
+            job's fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`;
+            read it through a ``Queue`` to call them).
+        prefix: the key prefix.
+    """
+    keys = queue_keys(queue, prefix)
+    with _connected(connection) as conn:
+        job = _get_job(conn, keys, job_id)
+        return None if job is None else _detached(conn, job)
+
+
+def client_from_url(
+    url: str, *, connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT, **redis_options: object
+) -> redis.Redis:
+    """A ``redis.Redis`` for ``url`` that fails fast, for you to keep and pass as
+    ``connection=`` (the client echomq opens for a URL connection is made the same way).
+
+    Every connection it opens has ``connect_timeout`` for TCP, TLS and redis-py's handshake
+    (AUTH, SELECT...), else raises :class:`~echomq.RedisUnavailableError` naming the URL with
+    its password masked; and redis-py retries nothing on its own (pass ``retry=`` to choose
+    otherwise). Replies are waited for as redis-py's ``socket_timeout`` says. Nothing connects
+    until the first command; you own the client: ``client.close()``.
+
+    Args:
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL.
+        connect_timeout: seconds or a timedelta; raise it for a slow or distant link.
+        **redis_options: more keyword arguments for redis-py's ``Redis.from_url`` (e.g.
+            ``decode_responses``, ``socket_timeout``, ``client_name``).
+
+    Raises:
+        ValidationError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or a
+            ``connection_class`` option.
+        InvalidOptionError: ``connect_timeout`` is not a positive duration.
+    """
+    return sync_client_from_url(url, connect_timeout, **redis_options)
+
+
+@contextlib.contextmanager
+def _connected(connection: SyncConnection) -> Iterator[SyncConn]:
+    """The connection for one module-level call; a client opened from a URL (with the default
+    ``connect_timeout``) is closed on exit. The first call to a server in this process that
+    succeeds checks it (``_server_checks``).
+
+    A client the caller passed stays usable, so jobs returned through it keep working.
+    """
+    conn = SyncConn(connection, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    check_on_first_use_sync(conn)
+    try:
+        yield conn
+    finally:
+        if conn.owned:
+            conn.close()
+
+
+def _detached(conn: SyncConn, job: Job) -> Job:
+    """``job`` unbound if ``conn`` is a URL's, which the call closes before returning: its
+    methods then raise :class:`~echomq.ConnectionNotOpenError` saying what to do instead."""
+    if conn.owned:
+        job._conn = None
+    return job
+
+
+def _run(connection: SyncConnection, op: ops.Op[T]) -> T:
+    with _connected(connection) as conn:
+        return conn.run(op)
+
+
+def get_state(
+    queue: str,
+    job_id: str,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> JobState:
+    """The state a job is in (``JobState.UNKNOWN`` when no state holds it).
+
+    Args:
+        queue: the queue name.
+        job_id: the job.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+    """
+    state = _run(connection, ops.get_state(queue_keys(queue, prefix), job_id))
+    return JobState(state)
+
+
+def get_jobs(
+    queue: str,
+    states: str | Iterable[str] | None = None,
+    start: int = 0,
+    end: int = -1,
+    asc: bool = False,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> list[Job]:
+    """Read the jobs in some states, newest first unless ``asc``.
+
+    Each state is sliced ``[start, end]`` (inclusive, negative from the end) and the slices
+    are concatenated in the order of ``states``; a job removed meanwhile is skipped.
+
+    Args:
+        queue: the queue name.
+        states: one or more of ``waiting``, ``prioritized``, ``delayed``, ``active``,
+            ``completed``, ``failed``, ``waiting-children`` and the legacy v5 ``paused`` list;
+            ``None`` means all but ``paused``.
+        start: first index of each state's slice.
+        end: last index (``-1``: to the end).
+        asc: oldest first.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the
+            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`; read them
+            through a ``Queue`` to call them).
+        prefix: the key prefix.
+
+    Raises:
+        ValidationError: an unknown state name, or a non-integer index.
+    """
+    keys = queue_keys(queue, prefix)
+    with _connected(connection) as conn:
+        jobs = _get_jobs(conn, keys, states, start, end, asc)
+        return [_detached(conn, job) for job in jobs]
+
+
+def get_job_counts(
+    queue: str,
+    *states: str,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> dict[str, int]:
+    """How many jobs each state holds.
+
+    Args:
+        queue: the queue name.
+        *states: state names (see :func:`get_jobs`); none given means ``active``, ``completed``,
+            ``delayed``, ``failed``, ``prioritized``, ``waiting``, ``waiting-children``.
+            ``waiting`` counts the ``wait`` list; ``paused`` the legacy v5 list.
+        connection: a ``redis.Redis`` you own, or a URL.
+        prefix: the key prefix.
+
+    Returns:
+        State name to count, in the order asked.
+    """
+    types = ops.normalize_types(states or None, ops.DEFAULT_COUNT_TYPES)
+    return _run(connection, ops.get_counts(queue_keys(queue, prefix), types))
+
+
+def count(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> int:
+    """How many jobs have not started yet: waiting, delayed, prioritized and waiting-children."""
+    counts = _run(connection, ops.get_counts(queue_keys(queue, prefix), ops.PENDING_TYPES))
+    return sum(counts.values())
+
+
+def get_job_logs(
+    queue: str,
+    job_id: str,
+    start: int = 0,
+    end: int = -1,
+    asc: bool = True,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> tuple[list[str], int]:
+    """A slice of a job's log lines and the total number of lines.
+
+    Args:
+        queue: the queue name.
+        job_id: the job.
+        start: first index (of the oldest-first order with ``asc``, else newest-first).
+        end: last index (``-1``: to the end).
+        asc: oldest line first.
+        connection: a ``redis.Redis`` you own, or a URL.
+        prefix: the key prefix.
+    """
+    op = ops.get_logs(queue_keys(queue, prefix), job_id, start, end, asc)
+    return _run(connection, op)
+
+
+def get_metrics(
+    queue: str,
+    kind: str = "completed",
+    start: int = 0,
+    end: int = -1,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> Metrics:
+    """The per-minute metrics workers with ``metrics_max_data_points`` write (as BullMQ's
+    ``Queue.getMetrics``; BullMQ workers write the same keys).
+
+    Args:
+        queue: the queue name.
+        kind: ``"completed"`` or ``"failed"``.
+        start: first data point (0 = the most recent minute).
+        end: last data point (``-1``: to the oldest).
+        connection: a ``redis.Redis`` you own, or a URL.
+        prefix: the key prefix.
+    """
+    return _run(connection, ops.get_metrics(queue_keys(queue, prefix), kind, start, end))
+
+
+def is_paused(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> bool:
+    """Whether the queue is globally paused."""
+    return _run(connection, ops.is_paused(queue_keys(queue, prefix)))
+
+
+def pause(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+    """Pause the queue: workers stop taking jobs; jobs stay where they are.
+
+    Emits a ``paused`` event. Jobs added meanwhile wait for :func:`resume`.
+    """
+    _run(connection, ops.pause_queue(queue_keys(queue, prefix), True))
+
+
+def resume(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+    """Resume a paused queue and wake its workers; emits a ``resumed`` event.
+
+    Jobs a BullMQ v5 producer left in the legacy ``paused`` list are moved to ``wait``.
+    """
+    keys = queue_keys(queue, prefix)
+    with _connected(connection) as conn:
+        _resume(conn, keys)
+
+
+def get_workers(
+    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+) -> list[dict[str, str]]:
+    """The connections of this queue's workers (echomq or BullMQ), from ``CLIENT LIST``.
+
+    Each entry holds that connection's CLIENT LIST fields, with ``name`` set to the queue name
+    and ``rawname`` to the connection's own name. Only the server ``connection`` points to is
+    asked.
+    """
+    return _run(connection, ops.get_workers(queue_keys(queue, prefix)))
+
+
+def trim_events(
+    queue: str,
+    max_len: int,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> int:
+    """Trim the events stream to about ``max_len`` entries; returns how many were deleted."""
+    return _run(connection, ops.trim_events(queue_keys(queue, prefix), max_len))
+
+
+# -- queue-wide removal and moves ------------------------------------------------------------
+
+
+def remove(
+    queue: str,
+    job_id: str,
+    *,
+    remove_children: bool = True,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> bool:
+    """Delete one job from whatever state holds it, with its logs and dependency keys.
+
+    If it was the last pending child of a parent in ``waiting-children``, the parent moves to
+    the front of its queue's ``wait`` (``waiting`` event). A ``removed`` event is emitted for
+    each job hash deleted.
+
+    Args:
+        queue: the queue name.
+        job_id: the job.
+        remove_children: also remove every child recorded on the job (processed, failed,
+            ignored or pending), recursively and in any queue.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Returns:
+        True if the job existed, False if there was no such job.
+
+    Raises:
+        JobLockedError: a worker holds the job (or, with children, a pending child); nothing
+            was removed.
+        JobBelongsToSchedulerError: the job is its scheduler's current iteration; remove the
+            scheduler instead.
+    """
+    op = ops.remove_job(queue_keys(queue, prefix), job_id, remove_children=remove_children)
+    return _run(connection, op)
+
+
+def drain(
+    queue: str,
+    *,
+    delayed: bool = False,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Delete every job waiting to run: ``wait`` and ``prioritized`` (and ``delayed`` if asked).
+
+    Active, completed, failed and waiting-children jobs stay, and so do the current
+    iterations of job schedulers. Runs as several short script calls (at most 1000 jobs
+    each), so jobs added meanwhile may or may not be removed. A parent in the same queue whose
+    last pending child is drained is deleted too; one in another queue moves to its ``wait``.
+
+    Args:
+        queue: the queue name.
+        delayed: also delete delayed jobs.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+    """
+    plan = ops.drain_plan(queue_keys(queue, prefix), delayed=delayed)
+    with _connected(connection) as conn:
+        conn.run_plan(plan)
+
+
+def clean(
+    queue: str,
+    grace: Duration,
+    limit: int = 0,
+    state: str = "completed",
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> list[str]:
+    """Delete the jobs of one state that are older than ``grace``.
+
+    A job's age is taken from its ``finished_on``, else ``processed_on``, else ``timestamp``
+    (completed and failed: the finish time; delayed: processed_on, else timestamp;
+    prioritized: timestamp). Active jobs are only deleted while no worker holds their lock;
+    current scheduler iterations are kept. Runs in calls of at most 1000 jobs, each emitting
+    a ``cleaned`` event with its count.
+
+    Args:
+        queue: the queue name.
+        grace: seconds or a timedelta; jobs newer than this are kept.
+        limit: the most jobs to delete; 0 for no limit.
+        state: ``completed``, ``failed``, ``wait`` (or ``waiting``), ``active``, ``paused``,
+            ``prioritized`` or ``delayed``.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Returns:
+        The ids of the deleted jobs (parents deleted with their last child are not listed).
+
+    Raises:
+        ValidationError: bad ``state``, negative ``grace`` or ``limit``; nothing was written.
+    """
+    plan = ops.clean_plan(queue_keys(queue, prefix), grace, limit, state)
+    with _connected(connection) as conn:
+        return conn.run_plan(plan)
+
+
+def obliterate(
+    queue: str,
+    *,
+    force: bool = False,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Delete a whole queue: its jobs, schedulers, events, counters and metadata.
+
+    The queue is paused first (``paused`` event), atomically with the check for active jobs,
+    then deleted in calls of at most 1000 jobs. Jobs in ``waiting-children`` (and their keys),
+    the rate limiter and dedup keys of already-deleted jobs are not touched, as in BullMQ.
+
+    Args:
+        queue: the queue name.
+        force: also delete active jobs (their workers will fail to finish them).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        ActiveJobsError: the queue has active jobs and ``force`` is False; nothing was written.
+        QueueNotPausedError: the queue was resumed while it was being deleted.
+    """
+    plan = ops.obliterate_plan(queue_keys(queue, prefix), force=force)
+    with _connected(connection) as conn:
+        conn.run_plan(plan)
+
+
+def retry_jobs(
+    queue: str,
+    state: str = "failed",
+    count: int = ops.admin.BATCH,
+    timestamp: datetime | float | None = None,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Move failed (or completed) jobs that finished at or before ``timestamp`` back to ``wait``.
+
+    Their result, ``finished_on`` and ``processed_on`` are cleared, each gets a ``waiting``
+    event, and all go to ``wait`` whatever their priority.
+
+    Args:
+        queue: the queue name.
+        state: ``failed`` or ``completed``.
+        count: jobs moved per script call.
+        timestamp: a datetime or epoch seconds; default now.
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        ValidationError: bad ``state``, ``count`` or ``timestamp``; nothing was written.
+    """
+    plan = ops.retry_jobs_plan(queue_keys(queue, prefix), state, count, timestamp)
+    with _connected(connection) as conn:
+        conn.run_plan(plan)
+
+
+def promote_jobs(
+    queue: str,
+    count: int = ops.admin.BATCH,
+    *,
+    connection: SyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Move every delayed job to ``wait`` now (priority ignored), ``count`` per script call.
+
+    Raises:
+        ValidationError: bad ``count``; nothing was written.
+    """
+    plan = ops.promote_jobs_plan(queue_keys(queue, prefix), count)
+    with _connected(connection) as conn:
+        conn.run_plan(plan)
