@@ -161,7 +161,7 @@ class JobData:
     @property
     def options(self) -> JobOptions:
         """The job's options, decoded from its stored ``opts``."""
-        return fields.options_from_wire(self.wire_options)
+        return JobOptions.from_wire(self.wire_options)
 
     @property
     def attempts(self) -> int:

@@ -1,8 +1,12 @@
 """Job options: frozen, keyword-only dataclasses validated before anything is written.
 
 Durations are seconds (``float``) or :class:`datetime.timedelta`; points in time are
-:class:`datetime.datetime` or epoch seconds. Milliseconds exist only on the wire
-(:mod:`echomq.protocol.fields`).
+:class:`datetime.datetime` or epoch seconds. Milliseconds exist only on the wire: the
+``to_wire`` / ``from_wire`` conversions here produce them, with the key names of
+:data:`echomq.protocol.fields.OPTION_NAMES` (options sit above the protocol layer and read its
+names; the protocol imports nothing from here). :class:`JobOptions` is the one definition of the
+job options: :class:`JobOptionsDict` (the typing of ``**options``) and the wire names are checked
+against it by ``tests/test_options_model.py``.
 
 Per-call options override queue defaults through :data:`UNSET`, which is distinct from
 ``None``: ``JobOptions.merged(defaults, overrides)`` keeps a default only where the override is
@@ -14,11 +18,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal, TypeAlias, TypedDict
 
 from .errors import InvalidOptionError
+from .protocol.fields import OPTION_NAMES
 
 MAX_PRIORITY: Final = 2**21 - 1
 
@@ -259,8 +264,170 @@ class JobOptions:
         value = getattr(self, name)
         return default if value is UNSET else value
 
+    def to_wire(self) -> dict[str, Any]:
+        """The ``opts`` object Node would store for these options (always with ``attempts``)."""
+        wire: dict[str, Any] = {OPTION_NAMES["attempts"]: self.get("attempts", 0)}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not UNSET and f.name != "attempts":
+                wire[OPTION_NAMES[f.name]] = _TO_WIRE[f.name](value)
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> JobOptions:
+        """Decode a stored ``opts`` object leniently (foreign producers may write anything):
+        a value that is missing or unreadable leaves its option UNSET."""
+        if not isinstance(wire, Mapping):
+            return cls()
+        kw: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            name = OPTION_NAMES[f.name]
+            if name in wire:
+                value = _FROM_WIRE[f.name](wire[name])
+                if value is not None:
+                    kw[f.name] = value
+        return cls(**kw)
+
 
 EMPTY_OPTIONS: Final = JobOptions()
+
+
+# -- wire form (BullMQ's ``opts`` object): one encoder and one decoder per JobOptions field ----
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _retention_to_wire(value: Retention) -> Any:
+    if isinstance(value, KeepJobs):
+        out: dict[str, int] = {}
+        if value.count is not None:
+            out["count"] = value.count
+        if value.age is not None:
+            out["age"] = round(to_seconds(value.age, "keep.age"))
+        if value.limit is not None:
+            out["limit"] = value.limit
+        return out
+    return value
+
+
+def _backoff_to_wire(value: Backoff) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": value.type, "delay": value.delay_ms}
+    if value.jitter:
+        out["jitter"] = value.jitter
+    return out
+
+
+_TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
+    "job_id": _same,
+    "delay": lambda value: to_ms(value, "delay"),
+    "priority": _same,
+    "lifo": _same,
+    "attempts": _same,
+    "backoff": _backoff_to_wire,
+    "remove_on_complete": _retention_to_wire,
+    "remove_on_fail": _retention_to_wire,
+    "keep_logs": _same,
+    "stacktrace_limit": _same,
+    "size_limit": _same,
+    "timestamp": lambda value: moment_to_ms(value, "timestamp"),
+}
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _count(low: int, high: int | None = None) -> Callable[[Any], int | None]:
+    def decode(value: Any) -> int | None:
+        n = _int_or_none(value)
+        return n if n is not None and n >= low and (high is None or n <= high) else None
+
+    return decode
+
+
+def _ms_to_seconds(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return value / 1000
+    return None
+
+
+def retention_from_wire(value: Any) -> Retention | None:
+    """Read a stored removeOnComplete / removeOnFail value (None when unreadable)."""
+    if isinstance(value, bool):
+        return value
+    count = _int_or_none(value)
+    if count is not None:
+        return max(count, 0)
+    if isinstance(value, Mapping):
+        c = _int_or_none(value.get("count"))
+        age = value.get("age")
+        limit = _int_or_none(value.get("limit"))
+        age_s = float(age) if isinstance(age, (int, float)) and not isinstance(age, bool) else None
+        if c is None and age_s is None:
+            return None
+        if c is not None and c < 0:
+            return False
+        return KeepJobs(count=c, age=age_s, limit=limit if limit and limit > 0 else None)
+    return None
+
+
+def backoff_from_wire(value: Any) -> Backoff | None:
+    """Read a stored backoff as Node does: a bare number means fixed with that delay in ms."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Backoff(type="fixed", delay=timedelta(milliseconds=max(value, 0)))
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        delay = value.get("delay", 0)
+        jitter = value.get("jitter", 0)
+        if not isinstance(kind, str) or not kind:
+            return None
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
+            delay = 0
+        if not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
+            jitter = 0
+        return Backoff(type=kind, delay=delay / 1000, jitter=jitter)
+    return None
+
+
+_FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
+    "job_id": lambda value: value if isinstance(value, str) and value else None,
+    "delay": _ms_to_seconds,
+    "priority": _count(0, MAX_PRIORITY),
+    "lifo": lambda value: value if isinstance(value, bool) else None,
+    "attempts": _count(0),
+    "backoff": backoff_from_wire,
+    "remove_on_complete": retention_from_wire,
+    "remove_on_fail": retention_from_wire,
+    "keep_logs": _count(0),
+    "stacktrace_limit": _count(0),
+    "size_limit": _count(1),
+    "timestamp": _ms_to_seconds,
+}
+
+
+def keep_jobs_to_wire(value: Retention | None) -> dict[str, int]:
+    """The ``keepJobs`` object a finishing worker sends (CORE.md 7.6): count -1 keeps all."""
+    if value is None or value is False:
+        return {"count": -1}
+    if value is True:
+        return {"count": 0}
+    if isinstance(value, KeepJobs):
+        out: dict[str, int] = {"count": -1 if value.count is None else value.count}
+        if value.age is not None:
+            out["age"] = round(to_seconds(value.age, "keep.age"))
+        if value.limit is not None:
+            out["limit"] = value.limit
+        return out
+    return {"count": value}
+
 
 State = Literal[
     "completed", "failed", "delayed", "active", "waiting", "prioritized", "waiting-children"

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 from ..errors import InvalidOptionError
 from ..job import Job
-from ..protocol.fields import backoff_from_wire
+from ..options import backoff_from_wire
 
 #: ``strategy(attempts_made, backoff_type, error, job)`` returns seconds (or a timedelta) to
 #: wait, 0/None to retry at once, or -1 to stop retrying and fail the job.

@@ -29,7 +29,7 @@ from ..errors import (
 )
 from ..job import Job
 from ..ops import worker as wops
-from ..options import WorkerOptions
+from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire
 from ..protocol import codes, fields
 from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
 
@@ -84,11 +84,11 @@ class JobRunner:
         wire_name = "removeOnComplete" if completed else "removeOnFail"
         own = job.wire_options.get(wire_name)
         if own is not None:
-            retention = fields.retention_from_wire(own)
+            retention = retention_from_wire(own)
             if retention is not None:
-                return fields.keep_jobs_to_wire(retention)
+                return keep_jobs_to_wire(retention)
         default = self._options.remove_on_complete if completed else self._options.remove_on_fail
-        return fields.keep_jobs_to_wire(default)
+        return keep_jobs_to_wire(default)
 
     def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, list[str]]:
         reason = str(error) or type(error).__name__

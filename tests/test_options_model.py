@@ -1,0 +1,121 @@
+"""Options are defined once: the dataclasses in ``echomq.options``.
+
+The TypedDicts that type ``**options`` and the wire names in ``protocol/fields.py`` are checked
+against them here, and the protocol layer is checked to import nothing above it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import typing
+from datetime import timedelta
+from importlib import resources
+from typing import Any
+
+from echomq.options import (
+    UNSET,
+    Backoff,
+    JobOptions,
+    JobOptionsDict,
+    KeepJobs,
+    WorkerOptions,
+    WorkerOptionsDict,
+)
+from echomq.protocol import fields
+
+#: TypedDict keys that accept more than the dataclass field holds after validation.
+WIDER_KEYWORDS = {"backoff"}  # a mapping or a duration, coerced to a Backoff
+
+
+def _members(tp: Any) -> set[Any]:
+    """The members of a union (``X | None`` and friends), without UNSET's type."""
+    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, type(int | str)) else ()
+    return {a for a in (args or (tp,)) if a is not type(UNSET)}
+
+
+def test_every_job_option_has_one_wire_name() -> None:
+    names = [f.name for f in dataclasses.fields(JobOptions)]
+    assert list(fields.OPTION_NAMES) == names
+    assert len(set(fields.OPTION_NAMES.values())) == len(names)
+
+
+def test_job_options_dict_matches_the_dataclass() -> None:
+    hints = typing.get_type_hints(JobOptions)
+    keyword_hints = typing.get_type_hints(JobOptionsDict)
+    assert list(keyword_hints) == [f.name for f in dataclasses.fields(JobOptions)]
+    assert not JobOptionsDict.__required_keys__
+    for name, hint in keyword_hints.items():
+        if name in WIDER_KEYWORDS:
+            assert _members(hints[name]) < _members(hint), name
+        else:
+            assert _members(hint) == _members(hints[name]), name
+
+
+def test_worker_options_dict_matches_the_dataclass() -> None:
+    hints = typing.get_type_hints(WorkerOptions)
+    keyword_hints = typing.get_type_hints(WorkerOptionsDict)
+    # concurrency is a parameter of Worker of its own
+    assert list(keyword_hints) == [f.name for f in dataclasses.fields(WorkerOptions)][1:]
+    for name, hint in keyword_hints.items():
+        assert _members(hint) == _members(hints[name]), name
+
+
+def test_wire_round_trip_of_every_option() -> None:
+    options = JobOptions(
+        job_id="custom",
+        delay=1.5,
+        priority=7,
+        lifo=True,
+        attempts=3,
+        backoff=Backoff(type="exponential", delay=0.25, jitter=0.5),
+        remove_on_complete=KeepJobs(count=10, age=3600, limit=5),
+        remove_on_fail=False,
+        keep_logs=4,
+        stacktrace_limit=2,
+        size_limit=1000,
+        timestamp=1_700_000_000.5,
+    )
+    wire = options.to_wire()
+    assert wire == {
+        "attempts": 3,
+        "jobId": "custom",
+        "delay": 1500,
+        "priority": 7,
+        "lifo": True,
+        "backoff": {"type": "exponential", "delay": 250, "jitter": 0.5},
+        "removeOnComplete": {"count": 10, "age": 3600, "limit": 5},
+        "removeOnFail": False,
+        "kl": 4,
+        "stackTraceLimit": 2,
+        "sizeLimit": 1000,
+        "timestamp": 1_700_000_000_500,
+    }
+    assert set(wire) == set(fields.OPTION_NAMES.values())
+    back = JobOptions.from_wire(wire)
+    assert back.to_wire() == wire
+    assert JobOptions().to_wire() == {"attempts": 0}
+
+
+def test_from_wire_is_lenient() -> None:
+    assert JobOptions.from_wire(None) == JobOptions()
+    got = JobOptions.from_wire(
+        {"jobId": 5, "delay": -1, "priority": 2**22, "lifo": "yes", "backoff": 200, "kl": 1.0}
+    )
+    assert got.job_id is UNSET and got.delay is UNSET and got.priority is UNSET
+    assert got.lifo is UNSET and got.keep_logs == 1
+    assert got.backoff == Backoff(type="fixed", delay=timedelta(milliseconds=200))
+
+
+def test_protocol_imports_nothing_above_it() -> None:
+    allowed = {"errors"}  # the leaf of the package: it imports nothing of echomq
+    for path in (resources.files("echomq") / "protocol").iterdir():
+        if not path.name.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level >= 2:
+                assert node.module in allowed, (path.name, node.module)
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert not (node.module or "").startswith("echomq"), path.name
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("echomq") for a in node.names), path.name
