@@ -59,7 +59,7 @@ class PreparedJob:
     priority: int
 
 
-_EMPTY_OPTS_JSON = fields.dumps(fields.options_to_wire(EMPTY_OPTIONS))
+_EMPTY_OPTS_JSON = fields.dumps(EMPTY_OPTIONS.to_wire())
 
 
 def _opts_json(options: JobOptions) -> str:
@@ -70,7 +70,7 @@ def _opts_json(options: JobOptions) -> str:
     """
     if options is EMPTY_OPTIONS:
         return _EMPTY_OPTS_JSON
-    return fields.dumps(fields.options_to_wire(options), "job options")
+    return fields.dumps(options.to_wire(), "job options")
 
 
 def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = None) -> PreparedJob:
