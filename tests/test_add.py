@@ -1,4 +1,5 @@
-"""The exact Redis effects of adding jobs, against CORE.md 7.1-7.3, 2.5/2.6, 4, 5, 6 and 9.
+"""The exact Redis effects of adding jobs, against docs/protocol/scripts.md#script-addJob
+(and the job-hash, options, keys and events pages it links).
 
 Each test adds jobs to a fresh queue and reads the keys back: the job hash and the string form
 of every field, the ``opts`` JSON, the ``id`` counter, the ``wait`` list, the ``delayed`` and
@@ -148,7 +149,8 @@ async def test_standard_add_writes_exactly_the_protocol_keys(
 async def test_add_without_data_stores_an_empty_object(
     redis_decoded: Redis, queue_name: str, keys: QueueKeys
 ) -> None:
-    # Node stores JSON.stringify(data ?? {}) (CORE.md 2.5): an add without data gives "{}".
+    # Node stores JSON.stringify(data ?? {}) (docs/protocol/job-hash.md#fields): an add without
+    # data gives "{}".
     job = await echomq.add(queue_name, "nodata", connection=redis_decoded)
     assert (await job_hash(redis_decoded, keys, job.id))["data"] == "{}"
 

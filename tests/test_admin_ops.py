@@ -1,8 +1,9 @@
 """Queue-wide operations: remove, drain, clean, obliterate, retry_jobs, promote_jobs.
 
 Each test checks the exact Redis effects (which keys remain, which events were written) against
-CORE.md 7.15-7.18 / 7.23 and ADVANCED.md 8. The worker is not used: where a job must be active,
-completed or failed, the test writes that state directly, as a worker would (commented
+docs/protocol/scripts.md (#script-removeJob to #script-obliterate, #script-moveJobsToWait). The
+worker is not used: where a job must be active, completed or failed, the test writes that state
+directly, as a worker would (commented
 "simulates a worker"). Flows are built the same way: a parent in ``waiting-children`` is written
 as addParentJob would, and children are added through the add script with a parent key.
 """
@@ -436,7 +437,8 @@ async def test_drain_keeps_current_scheduler_iterations_wherever_they_are(
 ) -> None:
     r = redis_decoded
     # Simulates three schedulers whose current iterations sit in wait (not at the tail),
-    # prioritized and delayed. ADVANCED.md 8.3: BullMQ drops the wrong entries here.
+    # prioritized and delayed. BullMQ drops the wrong entries here
+    # (docs/protocol/differences.md#drain).
     it_wait, it_prio, it_delayed = (f"repeat:s{i}:{1_900_000_000_000 + i}" for i in range(3))
     await r.zadd(keys.repeat, {f"s{i}": 1_900_000_000_000 + i for i in range(3)})
     [j1] = await add_waiting(r, keys, 1)

@@ -1,4 +1,5 @@
-"""Redis Cluster: every key of a queue hashes to one slot (CORE.md 2.4), and the API works there.
+"""Redis Cluster: every key of a queue hashes to one slot, and the API works there
+(docs/protocol/keys.md#cluster).
 
 Two hash-tag layouts are covered: the prefix ``{bull}`` and a braced queue name ``{emails}``.
 The clients are ``redis.asyncio.cluster.RedisCluster`` on the suite's 3-master cluster

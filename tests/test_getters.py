@@ -2,7 +2,7 @@
 
 Jobs are put into states the worker would reach (active, completed, failed, waiting-children,
 the legacy v5 ``paused`` list) by writing those keys directly, so the getters are tested on the
-exact layout of CORE.md 1.1 without depending on the worker.
+exact layout of docs/protocol/keys.md#states without depending on the worker.
 """
 
 from __future__ import annotations

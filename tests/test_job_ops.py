@@ -1,6 +1,7 @@
 """Operations on one job: data, progress, logs, retry, promote, priority, delay, refresh.
 
-Each test asserts the Redis effects CORE.md states (7.14, 7.19-7.22): fields, state keys,
+Each test asserts the Redis effects docs/protocol/scripts.md states (#script-updateProgress
+to #script-reprocessJob): fields, state keys,
 scores, markers and event entries with their fields, plus the error codes as exceptions.
 """
 

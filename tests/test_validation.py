@@ -4,7 +4,8 @@ Every refused call is wrapped in :func:`refused`: it takes a :func:`helpers.snap
 database (which already holds jobs of the queue, so "unchanged" means something), checks the
 exception class, that it is an ``echomq.ValidationError`` and a ``ValueError``, that its message
 names the field or value and what is allowed, and that Redis is byte-for-byte the same afterwards
-(CORE.md 2.1, 2.7; STYLE.md "Job model and configuration").
+(docs/protocol/keys.md#job-ids, docs/protocol/options.md#validation; STYLE.md "Job model and
+configuration").
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ async def seeded(redis: Redis, queue_name: str) -> AsyncIterator[Queue]:
 
 # Each case: (keyword options, data, expected class, patterns the message must match).
 OPTION_CASES: list[Any] = [
-    # custom job ids (CORE.md 2.1, 2.7)
+    # custom job ids (docs/protocol/keys.md#job-ids)
     pytest.param({"job_id": "123"}, {}, InvalidJobIdError, r"'123'", r"integer", id="id-int"),
     pytest.param({"job_id": "-1"}, {}, InvalidJobIdError, r"'-1'", r"integer", id="id-negative"),
     pytest.param({"job_id": "0"}, {}, InvalidJobIdError, r"'0'", r"integer", id="id-zero"),

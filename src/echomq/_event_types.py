@@ -1,6 +1,7 @@
 """The typed events of a queue's events stream, and how a stream entry becomes one.
 
-One frozen, slotted dataclass per event name the protocol writes (CORE.md 9), with snake_case
+One frozen, slotted dataclass per event name the protocol writes
+(docs/protocol/events.md#event-table), with snake_case
 fields; the wire names (``jobId``, ``failedReason``, ...) are translated in one table,
 :data:`_SPECS`. An entry whose name is not in it (a custom event) becomes :class:`Unknown`.
 :mod:`echomq.events` reads the stream and re-exports these classes.

@@ -1,9 +1,9 @@
 """QueueEvents: typed events read from a queue's events stream, and waiting for jobs to finish.
 
 Every script that changes a job's state appends an entry to the stream ``<prefix>:<queue>:events``
-(CORE.md 9). :class:`QueueEvents` reads it with ``XREAD BLOCK`` on a connection of its own:
-a blocking read holds its connection for up to ``block`` seconds, so sharing the caller's
-pool would starve every other command, and the connection is named
+(docs/protocol/events.md). :class:`QueueEvents` reads it with ``XREAD BLOCK`` on a connection
+of its own: a blocking read holds its connection for up to ``block`` seconds, so sharing the
+caller's pool would starve every other command, and the connection is named
 ``<prefix>:<base64(queue)>:qe`` so that Node's ``getQueueEvents`` counts it.
 
 Invariants:

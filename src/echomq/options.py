@@ -414,7 +414,10 @@ _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
 
 
 def keep_jobs_to_wire(value: Retention | None) -> dict[str, int]:
-    """The ``keepJobs`` object a finishing worker sends (CORE.md 7.6): count -1 keeps all."""
+    """The ``keepJobs`` object a finishing worker sends: count -1 keeps all.
+
+    See docs/protocol/options.md#retention.
+    """
     if value is None or value is False:
         return {"count": -1}
     if value is True:

@@ -1,5 +1,6 @@
 --[[
-  addJob: store new jobs and put each in `wait`, `prioritized` or `delayed` (CORE.md 7.1-7.3).
+  addJob: store new jobs and put each in `wait`, `prioritized` or `delayed`
+  (docs/protocol/scripts.md#script-addJob).
   One call adds one job, or several (a bulk add): ARGV holds 10 values per job, and each job
   gets exactly the keys, fields and events a call for it alone would write.
 

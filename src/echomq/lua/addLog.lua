@@ -1,5 +1,5 @@
 --[[
-  addLog: append a line to a job's log (CORE.md 7.14).
+  addLog: append a line to a job's log (docs/protocol/scripts.md#script-addLog).
 
   KEYS[1] job hash
   KEYS[2] the job's log list "<job key>:logs"

@@ -1,5 +1,6 @@
 --[[
-  changeDelay: reschedule a delayed job to run `delay` ms from now (CORE.md 7.21).
+  changeDelay: reschedule a delayed job to run `delay` ms from now
+  (docs/protocol/scripts.md#script-changeDelay).
 
   KEYS[1] job hash
   KEYS[2] delayed

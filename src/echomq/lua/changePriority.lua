@@ -1,6 +1,6 @@
 --[[
   changePriority: set a job's priority, moving it between `wait` and `prioritized` when it is
-  waiting (CORE.md 7.20).
+  waiting (docs/protocol/scripts.md#script-changePriority).
 
   KEYS[1] job hash
   KEYS[2] wait

@@ -1,6 +1,6 @@
 --[[
   cleanJobsInSet: hard-remove the jobs of one state older than a cutoff, one bounded batch per
-  call (CORE.md 7.17, ADVANCED.md 8.2).
+  call (docs/protocol/scripts.md#script-cleanJobsInSet).
 
   KEYS[1] the state key "P:Q:<state>"
   KEYS[2] events

@@ -1,7 +1,7 @@
 --[[
   continueScheduler: create the next iteration of an `every` job scheduler when one of its
-  iterations is taken by a worker (ADVANCED.md 3.3, 3.5, 3.7; the effect of BullMQ's
-  updateJobScheduler for every-schedulers). Cron schedulers are not handled here.
+  iterations is taken by a worker (docs/protocol/scripts.md#script-continueScheduler; the
+  effect of BullMQ's updateJobScheduler for every-schedulers). Cron schedulers are not handled here.
 
   KEYS[1]  base key "P:Q:"; `repeat`, `repeat:<id>`, the job keys and the state keys are
            derived from it

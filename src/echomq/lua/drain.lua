@@ -1,6 +1,6 @@
 --[[
-  drain: hard-remove the jobs waiting to run (CORE.md 7.16, ADVANCED.md 8.3), at most a budget
-  of jobs per call. Exactly the ids that are not a scheduler's current iteration are removed,
+  drain: hard-remove the jobs waiting to run (docs/protocol/scripts.md#script-drain), at most a
+  budget of jobs per call. Exactly the ids that are not a scheduler's current iteration are removed,
   wherever they sit in the list (BullMQ's head-trimming bug is not reproduced); kept ids stay
   in their relative order.
 

@@ -1,5 +1,6 @@
 --[[
-  extendLocks: renew the locks of many jobs held by one worker (CORE.md 7.11).
+  extendLocks: renew the locks of many jobs held by one worker
+  (docs/protocol/scripts.md#script-extendLocks).
 
   KEYS[1] stalled
 

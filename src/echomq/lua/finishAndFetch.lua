@@ -1,8 +1,9 @@
 --[[
   finishAndFetch: record the outcome of several active jobs, then take up to N new jobs.
   One call does, per item and in order, exactly what BullMQ's moveToFinished (completed /
-  failed), retryJob and moveToDelayed do to keys, fields and events (CORE.md 7.6-7.8), then
-  what moveToActive does (7.5) for each job it takes. With no items it is moveToActive.
+  failed), retryJob and moveToDelayed do to keys, fields and events
+  (docs/protocol/scripts.md#script-finishAndFetch), then
+  what moveToActive does for each job it takes. With no items it is moveToActive.
 
   KEYS[1]  base key "P:Q:"; every key used is derived from it (wait, active, prioritized,
            events, stalled, limiter, delayed, meta, pc, marker, completed, failed,
@@ -140,8 +141,9 @@ local function release_dedup_key(job_id, dedup_id)
   end
 end
 
--- keepLastIfActive (ADVANCED.md 2.4): the add that arrived while the finishing job was active
--- waits in `dn:<id>`; it becomes a job now, owning the dedup key.
+-- keepLastIfActive (docs/protocol/flows-dedup-schedulers.md#dedup-keep-last): the add that
+-- arrived while the finishing job was active waits in `dn:<id>`; it becomes a job now, owning
+-- the dedup key.
 local function add_deduplicated_next(dedup_id, max_len)
   local next_key = base .. "dn:" .. dedup_id
   local n = redis.call("HMGET", next_key, "name", "data", "opts", "pk", "pd", "pdk", "rjk", "jid")

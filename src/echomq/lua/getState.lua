@@ -1,5 +1,6 @@
 --[[
-  getState: name the state that holds a job (CORE.md 7.13, getStateV2 order).
+  getState: name the state that holds a job (docs/protocol/scripts.md#script-getState,
+  getStateV2 order).
 
   KEYS[1] completed
   KEYS[2] failed

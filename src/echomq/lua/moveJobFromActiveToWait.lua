@@ -1,6 +1,6 @@
 --[[
   moveJobFromActiveToWait: a processor hit a manual rate limit; put its job back in front
-  (CORE.md 7.9). No attempt is counted.
+  (docs/protocol/scripts.md#script-moveJobFromActiveToWait). No attempt is counted.
 
   KEYS[1] active
   KEYS[2] wait

@@ -1,6 +1,7 @@
 --[[
   moveJobsToWait: move up to `count` jobs of completed, failed or delayed back to `wait`
-  (CORE.md 7.23): Queue.retry_jobs / Queue.promote_jobs.
+  (docs/protocol/scripts.md#script-moveJobsToWait): Queue.retry_jobs /
+  Queue.promote_jobs.
 
   KEYS[1] the state key "P:Q:<state>"
   KEYS[2] wait

@@ -1,5 +1,6 @@
 --[[
-  moveStalledJobsToWait: the stalled check (CORE.md 7.10), at most once per interval fleet-wide.
+  moveStalledJobsToWait: the stalled check, at most once per interval fleet-wide
+  (docs/protocol/scripts.md#script-moveStalledJobsToWait).
 
   KEYS[1] stalled
   KEYS[2] wait

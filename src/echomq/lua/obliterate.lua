@@ -1,7 +1,7 @@
 --[[
   obliterate: delete a whole queue, spending at most a budget of jobs per call
-  (CORE.md 7.18, ADVANCED.md 8.1). With ARGV[4] = "1" an unpaused queue is paused first, in the
-  same atomic step, so a refused call writes nothing.
+  (docs/protocol/scripts.md#script-obliterate). With ARGV[4] = "1" an unpaused queue is paused
+  first, in the same atomic step, so a refused call writes nothing.
 
   KEYS[1] meta
   KEYS[2] active

@@ -1,5 +1,5 @@
 --[[
-  pause: pause a queue, or resume it (CORE.md 7.12).
+  pause: pause a queue, or resume it (docs/protocol/scripts.md#script-pause).
 
   KEYS[1] wait
   KEYS[2] paused (legacy v5 list: never written, drained into `wait` on resume)

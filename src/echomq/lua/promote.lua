@@ -1,5 +1,5 @@
 --[[
-  promote: make a delayed job ready now (CORE.md 7.19).
+  promote: make a delayed job ready now (docs/protocol/scripts.md#script-promote).
 
   KEYS[1] job hash
   KEYS[2] delayed

@@ -1,6 +1,6 @@
 --[[
   removeJob: delete one job, and with children every child recorded on it, in any queue
-  (CORE.md 7.15, ADVANCED.md 8.4).
+  (docs/protocol/scripts.md#script-removeJob).
 
   KEYS[1] the job hash "P:Q:<id>"
   KEYS[2] repeat

@@ -1,6 +1,7 @@
 --[[
-  reprocessJob: send a completed or failed job back to be processed again (CORE.md 7.22,
-  6.7.0 semantics: a job with a priority returns to `prioritized`).
+  reprocessJob: send a completed or failed job back to be processed again
+  (docs/protocol/scripts.md#script-reprocessJob; 6.7.0 semantics: a job with a priority returns
+  to `prioritized`).
 
   KEYS[1] job hash
   KEYS[2] events

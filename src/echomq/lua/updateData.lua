@@ -1,5 +1,5 @@
 --[[
-  updateData: replace a job's payload (CORE.md 7.14).
+  updateData: replace a job's payload (docs/protocol/scripts.md#script-updateData).
 
   KEYS[1] job hash
 

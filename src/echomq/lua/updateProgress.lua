@@ -1,5 +1,6 @@
 --[[
-  updateProgress: record a job's progress and announce it (CORE.md 7.14).
+  updateProgress: record a job's progress and announce it
+  (docs/protocol/scripts.md#script-updateProgress).
 
   KEYS[1] job hash
   KEYS[2] events

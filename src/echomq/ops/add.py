@@ -1,4 +1,7 @@
-"""Adding jobs: validation, encoding, and the add script call (CORE.md 7.1-7.3)."""
+"""Adding jobs: validation, encoding, and the add script call.
+
+See docs/protocol/scripts.md#script-addJob.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Queue-wide operations: remove, drain, clean, obliterate, retry_jobs, promote_jobs.
 
-(CORE.md 7.15-7.18, 7.23; ADVANCED.md 8.1-8.4.) Operations that may touch many jobs run as a
+(docs/protocol/scripts.md#script-removeJob and the sections after it.) Operations that may
+touch many jobs run as a
 *plan*: a generator that yields one bounded script call at a time and receives its parsed reply,
 so no single script holds Redis for long and the same plan drives the async API
 (:func:`run_plan`) and the sync one (:func:`run_plan_sync`). Every plan validates its

@@ -1,4 +1,5 @@
-"""Getters, pause/resume, and operations on one job (CORE.md 7.12-7.14, 7.19-7.22, 12.5).
+"""Getters, pause/resume, and operations on one job (docs/protocol/scripts.md#getters and the
+scripts it lists).
 
 Reads are plain commands sent in one round trip; every state change is one script. Builders
 validate their arguments, so a refused call never reaches Redis. State names are the strings
@@ -336,7 +337,8 @@ def _parse_client_list(reply: Any) -> list[dict[str, str]]:
 
 
 def get_workers(keys: QueueKeys) -> CommandOp[list[dict[str, str]]]:
-    """The connections named as this queue's workers (CORE.md 12.5), from CLIENT LIST.
+    """The connections named as this queue's workers, from CLIENT LIST
+    (docs/protocol/worker-rules.md#client-names).
 
     Each entry is the CLIENT LIST fields of one connection, with ``name`` replaced by the queue
     name and the connection's own name kept as ``rawname`` (as Node's ``getWorkers``).

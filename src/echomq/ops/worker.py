@@ -2,7 +2,8 @@
 
 ``finish_and_fetch`` is the worker's hot path: one script call records the outcome of any
 number of active jobs and takes the next ones, with the key effects of BullMQ's
-moveToFinished / retryJob / moveToDelayed / moveToActive applied per job (CORE.md 7.5-7.8).
+moveToFinished / retryJob / moveToDelayed / moveToActive applied per job
+(docs/protocol/scripts.md#script-finishAndFetch).
 """
 
 from __future__ import annotations
@@ -193,7 +194,10 @@ def move_stalled_jobs_to_wait(
 
 
 def move_job_from_active_to_wait(keys: QueueKeys, job_id: str, token: str) -> ScriptOp[int]:
-    """Put a rate-limited job back at the front (CORE.md 7.9); returns the limiter TTL."""
+    """Put a rate-limited job back at the front; returns the limiter TTL.
+
+    See docs/protocol/scripts.md#script-moveJobFromActiveToWait.
+    """
     return ScriptOp(
         scripts.get("moveJobFromActiveToWait"),
         [
@@ -215,7 +219,8 @@ def continue_scheduler(
     keys: QueueKeys, scheduler_id: str, producer_id: str, next_opts: dict[str, Any], now: int
 ) -> ScriptOp[str | None]:
     """Create the next iteration of an every-scheduler whose iteration ``producer_id`` was taken
-    (ADVANCED.md 3.7); the reply parses to the new iteration's id, or None if none was made."""
+    (docs/protocol/flows-dedup-schedulers.md#scheduler-continuation); the reply parses to the
+    new iteration's id, or None if none was made."""
     return ScriptOp(
         scripts.get("continueScheduler"),
         [keys.base],

@@ -1,4 +1,4 @@
-"""Negative integer replies of the protocol's scripts (CORE.md section 7.0)."""
+"""Negative integer replies of the protocol's scripts (docs/protocol/scripts.md#error-codes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Job-hash field names, option short codes and JSON encoding (CORE.md sections 2.5, 2.6, 12.4).
+"""Job-hash field names, option short codes and JSON encoding (docs/protocol/job-hash.md#fields,
+docs/protocol/options.md#option-names, docs/protocol/job-hash.md#encodings).
 
 This is the only module that spells the wire names: ``removeOnComplete``, ``kl``, ``atm`` and so
 on. Like all of ``protocol/`` it imports nothing above it: :mod:`echomq.options` converts

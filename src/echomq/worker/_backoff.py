@@ -1,4 +1,5 @@
-"""Retry delays: the built-in fixed and exponential strategies and custom ones (CORE.md 10).
+"""Retry delays: the built-in fixed and exponential strategies and custom ones
+(docs/protocol/worker-rules.md#retries).
 
 Everything here is client-side, as in Node: no script decides retries. Delays are in ms on the
 way to the protocol; custom strategies speak seconds like the rest of the API.

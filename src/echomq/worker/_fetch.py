@@ -2,7 +2,8 @@
 
 Idle workers do not poll: they block on the marker ZSET on a dedicated connection, named so
 that ``get_workers`` (ours and Node's) can count them. A popped ``"0"`` means "a job is ready";
-a popped ``"1"`` carries the due time of the earliest delayed job (CORE.md 6).
+a popped ``"1"`` carries the due time of the earliest delayed job
+(docs/protocol/markers-locks-stalled.md#marker).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Continuing job schedulers: when a worker takes an iteration of an ``every`` scheduler, the
-next iteration is created before the job runs, as BullMQ's workers do (ADVANCED.md 3.7).
+next iteration is created before the job runs, as BullMQ's workers do
+(docs/protocol/flows-dedup-schedulers.md#scheduler-continuation).
 
 echomq has no API to create schedulers; this keeps those created by BullMQ (``upsertJobScheduler``)
 running when echomq workers share the queue. Cron schedulers are not continued: their next time
@@ -22,7 +23,8 @@ from ..protocol.keys import QueueKeys
 
 logger = logging.getLogger("echomq.worker")
 
-#: The v5 repeat-key shape BullMQ v6 refuses to continue (ADVANCED.md 3.10).
+#: The v5 repeat-key shape BullMQ v6 refuses to continue
+#: (docs/protocol/flows-dedup-schedulers.md#legacy-repeatable).
 _LEGACY_KEY = re.compile(r"^[^:]*:[^:]*:(\d*):[^:]*:(.+)$")
 
 

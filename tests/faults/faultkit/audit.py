@@ -1,6 +1,7 @@
 """The final audit of a queue's keys, read straight from Redis (no echomq code involved).
 
-A job must be in exactly one of the state structures (CORE.md 1.1): ``wait``, ``paused``,
+A job must be in exactly one of the state structures
+(docs/protocol/keys.md#states): ``wait``, ``paused``,
 ``active``, ``prioritized``, ``delayed``, ``completed``, ``failed``, ``waiting-children``.
 At the end of a scenario there must be no ``:lock`` key left, and each finished job must
 have exactly one outcome event (``completed`` or ``failed``) in the events stream: an

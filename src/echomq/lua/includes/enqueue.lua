@@ -1,4 +1,5 @@
--- Placing a job that was just stored, as an add does (CORE.md 7.1-7.3). Needs "common".
+-- Placing a job that was just stored, as an add does
+-- (docs/protocol/scripts.md#step-enqueue). Needs "common".
 
 -- delay > 0: `delayed`, due at `due` ms (`delayed` event, delay marker); else priority > 0:
 -- `prioritized`, else `wait` (LPUSH, RPUSH with lifo), the base marker unless the queue is

@@ -1,5 +1,6 @@
--- Parent/child helpers (ADVANCED.md 1.1, 1.2, 1.12). A child names its parent by the full key
--- "P':Q':<parentId>", possibly in another queue; every parent-side key is derived from it.
+-- Parent/child helpers (docs/protocol/flows-dedup-schedulers.md#flows). A child names its
+-- parent by the full key "P':Q':<parentId>", possibly in another queue; every parent-side key
+-- is derived from it.
 --@include "common"
 
 -- The id (text after the last ':') and the base key "P:Q:" of a full job key.
@@ -17,7 +18,8 @@ local function push_parent_to_wait(parent_base, parent_id)
   end
 end
 
--- Make a finished child pending again in its live parent (a retried child, CORE.md 7.22/7.23):
+-- Make a finished child pending again in its live parent (a retried child,
+-- docs/protocol/flows-dedup-schedulers.md#child-retry):
 -- drop it from the parent's :processed (completed) or :failed/:unsuccessful (failed) and, if it
 -- was there, SADD it back to :dependencies.
 local function reattach_child(job_key, prev_state)

@@ -1,6 +1,6 @@
 -- Deleting jobs: the per-job keys, the dedup key, the parent rule, and scheduler iterations
--- (CORE.md 2.3, 7.15; ADVANCED.md 1.12, 2.6, 3.9). Callers take the id out of its state set or
--- list themselves, except remove_job_tree, which finds the state.
+-- (docs/protocol/scripts.md#step-hard-remove, #script-removeJob). Callers take the id out of
+-- its state set or list themselves, except remove_job_tree, which finds the state.
 --@include "common"
 --@include "job_keys"
 --@include "parents"
