@@ -1,4 +1,4 @@
-"""``Job``: the fields of :class:`~echomq.job.JobData` bound to a queue and a connection.
+"""``Job``: the fields of :class:`~echomq.JobData` bound to a queue and a connection.
 
 ``scripts/unasync.py`` generates ``echomq/sync/_job.py`` (the blocking ``echomq.sync.Job``) from
 ``echomq/_job.py``, the one definition of both: edit the latter. Each method builds one
@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import ops
+from ._job_model import JobData, JobState
 from .errors import ConnectionNotOpenError, ValidationError, error_for_code
-from .job import JobData, JobState
 from .ops import worker as wops
 from .options import Duration, moment_to_ms, to_seconds
 from .protocol import codes

@@ -1,6 +1,6 @@
 # Generated from src/echomq/_job.py by scripts/unasync.py: do not edit. Edit the source, then run
 # `python scripts/unasync.py` (scripts/check fails while this file is stale).
-"""``Job``: the fields of :class:`~echomq.job.JobData` bound to a queue and a connection.
+"""``Job``: the fields of :class:`~echomq.JobData` bound to a queue and a connection.
 
 ``scripts/unasync.py`` generates ``echomq/sync/_job.py`` (the blocking ``echomq.sync.Job``) from
 ``echomq/_job.py``, the one definition of both: edit the latter. Each method builds one
@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from .. import ops
+from .._job_model import JobData, JobState
 from ..errors import ConnectionNotOpenError, error_for_code
-from ..job import JobData, JobState
 from ..ops import worker as wops
 from ..options import Duration, moment_to_ms, to_seconds
 from ..protocol import codes

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -17,8 +18,10 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from .. import ops
+from .._job import Runner
 from ..errors import (
     DelayedError,
     EchoMQError,
@@ -27,19 +30,64 @@ from ..errors import (
     UnrecoverableError,
     WaitingChildrenError,
 )
-from ..job import Job
+from ..job import Job, JobData
 from ..ops import worker as wops
 from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire
 from ..protocol import codes, fields
+from ..sync import Job as SyncJob
 from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
 
 logger = logging.getLogger("echomq.worker")
 
+T = TypeVar("T")
+
 
 class Processor(Protocol):
-    """A job processor: ``async def f(job)`` or ``def f(job)`` returning a JSON value."""
+    """A job processor returning a JSON value: ``async def f(job)``, given an
+    :class:`echomq.Job`, or ``def f(job)``, given an :class:`echomq.sync.Job` whose methods
+    block (it runs in the worker's thread pool)."""
 
-    def __call__(self, job: Job, /) -> Any: ...
+    def __call__(self, job: Any, /) -> Any: ...
+
+
+class _OnLoop:
+    """The connection of a sync processor's job: runs each operation on the worker's connection
+    and event loop, and blocks the processor's thread until it is done."""
+
+    __slots__ = ("_conn", "_loop")
+
+    def __init__(self, conn: Runner, loop: asyncio.AbstractEventLoop) -> None:
+        self._conn = conn
+        self._loop = loop
+
+    def _check_thread(self) -> None:
+        if asyncio._get_running_loop() is self._loop:
+            raise RuntimeError(
+                "a sync job's methods block until the worker's event loop runs them: call them "
+                "from the sync processor's thread, not from that loop"
+            )
+
+    def run(self, op: ops.Op[T]) -> T:
+        self._check_thread()
+        return asyncio.run_coroutine_threadsafe(self._conn.run(op), self._loop).result()
+
+    def run_plan(self, plan: ops.Plan[T]) -> T:
+        self._check_thread()
+        return asyncio.run_coroutine_threadsafe(self._conn.run_plan(plan), self._loop).result()
+
+
+def blocking_job(job: Job, loop: asyncio.AbstractEventLoop) -> SyncJob:
+    """The job a sync processor receives: the same fields, with methods that block while the
+    worker's loop runs them on the worker's connection."""
+    twin = SyncJob(
+        id=job.id, name=job.name, data=job.data, queue_name=job.queue_name, timestamp=job.timestamp
+    )
+    for f in dataclasses.fields(JobData):
+        setattr(twin, f.name, getattr(job, f.name))
+    twin._keys = job._keys
+    twin._conn = None if job._conn is None else _OnLoop(job._conn, loop)
+    twin._token = job._token
+    return twin
 
 
 @dataclass(slots=True)
@@ -77,7 +125,7 @@ class JobRunner:
         loop = asyncio.get_running_loop()
         ctx = contextvars.copy_context()
         return await loop.run_in_executor(
-            self._executor, functools.partial(ctx.run, self._processor, job)
+            self._executor, functools.partial(ctx.run, self._processor, blocking_job(job, loop))
         )
 
     def _keep(self, job: Job, completed: bool) -> dict[str, int]:
