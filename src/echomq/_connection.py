@@ -1,7 +1,10 @@
 """Who owns a Redis client: the caller (never closed by us) or echomq (opened from a URL).
 
 Nothing connects here: redis-py clients connect lazily on their first command. A client opened
-from a URL is made by ``_fail_fast`` (with a connect budget when the owner asks for one).
+from a URL is made by ``_fail_fast`` (with a connect budget when the owner asks for one). An
+:class:`AsyncConn` runs ops (``ops._base``) on its client and, for long-lived owners, on a
+pipelined Channel (``_wire``, which also chooses each command's way out); this module sits above
+both, and nothing below it imports it.
 """
 
 from __future__ import annotations
@@ -25,63 +28,17 @@ from ._fail_fast import (
 )
 from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, ValidationError
+from .ops._base import Op, Plan, run_plan, run_plan_sync
 from .options import Duration
+from .scripts import has_hash_tag
 
 if TYPE_CHECKING:
-    from .ops._base import Op, Plan
     from .protocol.keys import QueueKeys
 
 T = TypeVar("T")
 
 AsyncConnection = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | str
 SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
-
-
-_pack: Callable[[tuple[Any, ...]], bytes] | None
-try:
-    from hiredis import pack_command as _pack
-except ImportError:  # pragma: no cover - hiredis is a dependency, but stay usable without it
-    _pack = None
-
-
-async def execute(client: redis.asyncio.Redis, command: tuple[Any, ...]) -> Any:
-    """Send one command and read its raw reply (no redis-py reply callback is applied).
-
-    On a plain pooled client this takes a connection from the client's own pool and packs the
-    command with hiredis: redis-py's generic path (pure-Python packing, retry wrapper, reply
-    callbacks) costs more than the round trip itself for the worker's hot calls. The
-    connection's own settings (auth, TLS, database, decoding) apply unchanged; any error or
-    cancellation mid-call drops the connection, as redis-py does. Other clients (Cluster,
-    single-connection clients) take the generic path.
-    """
-    pool = getattr(client, "connection_pool", None)
-    if _pack is None or pool is None or getattr(client, "connection", None) is not None:
-        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
-    conn = await pool.get_connection()
-    try:
-        await conn.send_packed_command(_pack(command), check_health=False)
-        return await conn.read_response()
-    except BaseException:
-        await conn.disconnect()
-        raise
-    finally:
-        await pool.release(conn)
-
-
-async def send(
-    client: redis.asyncio.Redis, channel: Channel | None, command: tuple[Any, ...]
-) -> Any:
-    """One command and its raw reply: on ``channel`` when there is one, else as :func:`execute`
-    does on ``client``."""
-    if channel is not None:
-        return await channel.call(command)
-    return await execute(client, command)
-
-
-def has_hash_tag(key: str) -> bool:
-    """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
-    start = key.find("{")
-    return start >= 0 and key.find("}", start + 1) > start + 1
 
 
 def check_cluster_keys(client: object, keys: QueueKeys) -> None:
@@ -195,8 +152,6 @@ class AsyncConn:
 
     async def run_plan(self, plan: Plan[T]) -> T:
         """Drive a multi-step ``plan`` like :meth:`run`."""
-        from .ops._base import run_plan  # ops import this module
-
         result = await run_plan(self.client, plan, self.channel)
         if self.first_use is not None:
             await self._used()
@@ -316,8 +271,6 @@ class SyncConn:
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Drive a multi-step ``plan`` on the client."""
-        from .ops._base import run_plan_sync  # ops import this module
-
         result = run_plan_sync(self.client, plan)
         if self.first_use is not None:
             self._used()

@@ -8,10 +8,12 @@ redis-py does not retry behind the caller's back (a retry would spend the budget
 
 This is done by a connection class mixed over the one redis-py picks for the URL's scheme,
 because only the connection knows when it is connecting: every path that opens a connection
-(the client's pool, a Queue's pipelined channel, a blocking client copied from the pool) keeps
-the same bound, with no cost on calls over an open connection. Clients the caller passes are
-never changed; a producer call on one re-raises its connection errors and timeouts as
-``RedisUnavailableError`` naming ``host:port`` (:func:`raise_unavailable`).
+keeps the same bound, with no cost on calls over an open connection. The client's pool and a
+blocking client copied from it use that class; a pipelined channel (``_wire``), which opens its
+own connections, reads the budget from the pool's connection settings
+(:func:`fail_fast_budget`) and connects through the same :func:`connect_within`. Clients the
+caller passes are never changed; a producer call on one re-raises its connection errors and
+timeouts as ``RedisUnavailableError`` naming ``host:port`` (:func:`raise_unavailable`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -119,6 +122,39 @@ _CONNECT_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 _AUTH_ERRORS = (AuthenticationError, AuthorizationError)
 
 
+#: The connection settings that carry a fail-fast client's budget (also read by a Channel).
+FAIL_FAST_KEYS = frozenset({"echomq_connect_timeout", "echomq_url"})
+
+
+def fail_fast_budget(kwargs: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The connect budget and redacted URL of a fail-fast client's connection settings (its
+    pool's ``connection_kwargs``), or None for any other client."""
+    budget = kwargs.get("echomq_connect_timeout")
+    return None if budget is None else (float(budget), str(kwargs.get("echomq_url")))
+
+
+async def connect_within(
+    budget: float,
+    url: str,
+    connect: Callable[[], Awaitable[None]],
+    cut_short: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run ``connect()`` (TCP, TLS and handshake) within ``budget`` seconds, raising
+    :class:`RedisUnavailableError` naming ``url`` when it cannot (``cut_short`` is awaited
+    after a timeout, to close what was opened); authentication errors pass as they are."""
+    try:
+        await asyncio.wait_for(connect(), budget)
+    except asyncio.TimeoutError:
+        if cut_short is not None:
+            await cut_short()
+        reason = f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
+        raise _unavailable(url, reason, budget) from None
+    except _AUTH_ERRORS:
+        raise
+    except _CONNECT_ERRORS as exc:
+        raise _unavailable(url, str(exc), budget) from exc
+
+
 class _FailFastAsync(redis.asyncio.connection.AbstractConnection):
     """Mixed before a redis-py async connection class: the whole connect within the budget."""
 
@@ -130,17 +166,12 @@ class _FailFastAsync(redis.asyncio.connection.AbstractConnection):
     async def connect(self) -> None:
         if self.is_connected:
             return
-        budget = self._echomq_budget
-        try:
-            await asyncio.wait_for(super().connect(), budget)  # type: ignore[no-untyped-call]
-        except asyncio.TimeoutError:
-            await self.disconnect()  # a handshake cut short leaves its socket open
-            reason = f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
-            raise _unavailable(self._echomq_url, reason, budget) from None
-        except _AUTH_ERRORS:
-            raise
-        except _CONNECT_ERRORS as exc:
-            raise _unavailable(self._echomq_url, str(exc), budget) from exc
+        await connect_within(
+            self._echomq_budget,
+            self._echomq_url,
+            super().connect,
+            self.disconnect,  # a handshake cut short leaves its socket open
+        )
 
 
 class _FailFastSync(redis.connection.AbstractConnection):

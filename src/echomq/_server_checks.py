@@ -38,8 +38,8 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from ._connection import AsyncConn, SyncConn, send
-from ._wire import Channel
+from ._connection import AsyncConn, SyncConn
+from ._wire import Channel, send
 
 logger = logging.getLogger("echomq.server")
 

@@ -1,23 +1,37 @@
-"""A pipelined connection for the hot script calls of a Queue, a Worker or QueueEvents.
+"""How a command leaves the process: a pipelined Channel of our own, or redis-py's client.
 
 redis-py's asyncio client spends more client CPU on each call than the round trip costs on
 loopback: a pool checkout with a readiness probe, a timeout context, packing in Python, and
-several event-loop hops. A :class:`Channel` is one connection of its own, opened with the
-same settings as the caller's client (redis-py performs the handshake: AUTH, TLS, SELECT,
-CLIENT SETNAME), after which commands are packed by hiredis, written straight to the
-transport and matched to their replies in order, as ioredis does. Concurrent callers share
-it, so their calls pipeline.
+several event-loop hops. A :class:`Channel` is one connection that echomq owns from end to end:
+it opens the socket itself (TCP, TLS or a unix socket) with the settings the caller's client
+was given (its public ``connection_pool.connection_kwargs``, completed by the defaults of the
+connection class's constructor), performs the handshake itself (AUTH with the username and
+password or the credential provider, CLIENT SETNAME, CLIENT SETINFO, SELECT), then packs
+commands with hiredis, writes them straight to the transport and matches replies to callers in
+order, as ioredis does. Concurrent callers share it, so their calls pipeline. Only public APIs
+are used: hiredis's ``Reader`` and ``pack_command``, redis-py's exception classes and the
+pool's ``connection_kwargs``.
 
-Semantics kept from redis-py: error replies raise the same exception classes (NoScriptError,
-ResponseError...), ``decode_responses`` decodes replies, ``socket_timeout`` bounds each call,
-and a lost connection raises :class:`redis.exceptions.ConnectionError`. A call is never sent
-twice: a connection found closed *before* a write is reopened, one lost *after* a write fails
-the call (a non-idempotent script may or may not have run, as with any client).
+Semantics kept from redis-py: error replies raise the same exception classes, chosen by the
+reply's first word as redis-py does (:data:`_ERRORS`: NoScriptError, OutOfMemoryError,
+BusyLoadingError, ReadOnlyError... which the worker's outage handling relies on),
+``decode_responses`` decodes replies, ``socket_connect_timeout`` bounds the connect and
+``socket_timeout`` the handshake and each call, a lost connection raises
+:class:`redis.exceptions.ConnectionError`. A client echomq made from a URL with a connect budget
+(``_fail_fast``) has the whole connect done within that budget. A call is never sent twice: a
+connection found closed *before* a write is reopened, one lost *after* a write fails the call (a
+non-idempotent script may or may not have run, as with any client).
 
-Clients a Channel cannot mirror (Redis Cluster, single-connection clients, RESP3, a
-connection class without asyncio streams) get ``None`` from :func:`open_channel`, and their
-callers keep redis-py's path. A blocking command holds up every call queued behind it, so
-only a Channel its caller has to itself carries one (the events reader's XREAD).
+Every command goes out one of two ways, chosen by :func:`send`: on a Channel (the hot script
+calls of a Queue, a Worker and QueueEvents), or by redis-py's public ``execute_command`` (clients
+a Channel cannot mirror, and callers without a Channel, such as the module-level functions, for
+which opening a connection per call would cost more than it saves). :func:`open_channel` gives
+None for clients it cannot mirror: Redis Cluster, single-connection clients, RESP3, a connection
+class other than redis-py's three (or echomq's fail-fast variants of them), and any setting it
+does not know (:data:`_HANDLED`) - a setting is never dropped silently. Replies on a Channel are
+raw (no redis-py reply callback), so a reply parser handles both forms. A blocking command holds
+up every call queued behind it, so only a Channel its caller has to itself carries one (the
+worker's BZPOPMIN, the events reader's XREAD).
 """
 
 from __future__ import annotations
@@ -25,53 +39,252 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import functools
+import inspect
 import logging
+import socket
+import ssl
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import hiredis
 import redis.asyncio
 import redis.asyncio.connection
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, NoScriptError, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis import exceptions as rx
 
-try:  # redis-py's own error-reply parser, so error classes match its other paths
-    from redis._parsers.base import BaseParser
-
-    _parse_error: Any = BaseParser.parse_error
-except ImportError:  # pragma: no cover - depends on redis-py internals
-
-    def _parse_error(message: str) -> ResponseError:
-        if message.startswith("NOSCRIPT "):  # the one class echomq itself relies on
-            return NoScriptError(message[len("NOSCRIPT ") :])
-        return ResponseError(message)
-
+from ._fail_fast import FAIL_FAST_KEYS, connect_within, fail_fast_budget
 
 logger = logging.getLogger("echomq.connection")
 
 _NOT_ENOUGH = object()
 
+#: Error replies by their first word, as redis-py maps them; a dict maps the rest of an
+#: ``ERR`` message. A known word is removed from the message (as redis-py does), an unknown
+#: one is kept, so ``str(error)`` is the same whichever way a command went out.
+_ERRORS: dict[str, type[rx.RedisError] | dict[str, type[rx.RedisError]]] = {
+    "ERR": {
+        "max number of clients reached": rx.ConnectionError,
+        "invalid password": rx.AuthenticationError,
+        "Client sent AUTH, but no password is set": rx.AuthenticationError,
+        "AUTH <password> called without any password configured for the default user. "
+        "Are you sure your configuration is correct?": rx.AuthenticationError,
+    },
+    "OOM": rx.OutOfMemoryError,
+    "WRONGPASS": rx.AuthenticationError,
+    "NOAUTH": rx.AuthenticationError,
+    "NOPERM": rx.NoPermissionError,
+    "EXECABORT": rx.ExecAbortError,
+    "LOADING": rx.BusyLoadingError,
+    "NOSCRIPT": rx.NoScriptError,
+    "READONLY": rx.ReadOnlyError,
+    "TRYAGAIN": rx.TryAgainError,
+    "CLUSTERDOWN": rx.ClusterDownError,
+    "MASTERDOWN": rx.MasterDownError,
+}
+
+
+def parse_error(message: str) -> rx.RedisError:
+    """The redis-py exception for an error reply (``message`` without the leading ``-``)."""
+    code, _, rest = message.partition(" ")
+    kind = _ERRORS.get(code)
+    if kind is None:
+        return rx.ResponseError(message)
+    if isinstance(kind, dict):
+        return kind.get(rest, rx.ResponseError)(rest)
+    return kind(rest)
+
+
+# -- what a Channel mirrors of a client -----------------------------------------------------
+
+_ASYNC = redis.asyncio.connection
+_KINDS: tuple[tuple[type, str], ...] = (  # SSLConnection first: it is also a Connection
+    (_ASYNC.SSLConnection, "tls"),
+    (_ASYNC.UnixDomainSocketConnection, "unix"),
+    (_ASYNC.Connection, "tcp"),
+)
+_TLS_KEYS = frozenset(
+    {
+        *("ssl_keyfile", "ssl_certfile", "ssl_password", "ssl_cert_reqs", "ssl_ca_certs"),
+        *("ssl_ca_data", "ssl_ca_path", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers"),
+        *("ssl_include_verify_flags", "ssl_exclude_verify_flags"),
+    }
+)
+#: Connection settings a Channel applies, or knows to be about redis-py's own machinery
+#: (retries, health checks, parser, buffers, RESP3 notifications). Any other setting with a
+#: value makes :func:`open_channel` decline, so a new redis-py setting is never dropped unseen.
+_HANDLED = frozenset(
+    {
+        *("host", "port", "path", "db", "username", "password", "credential_provider"),
+        *("socket_timeout", "socket_connect_timeout", "socket_keepalive"),
+        *("socket_keepalive_options", "socket_type", "client_name", "lib_name", "lib_version"),
+        *("encoding", "encoding_errors", "decode_responses", "protocol"),
+        *("retry", "retry_on_timeout", "retry_on_error", "health_check_interval"),
+        *("parser_class", "socket_read_size", "driver_info", "legacy_responses"),
+        *("event_dispatcher", "himport_registry", "maint_notifications_config"),
+        *("maint_notifications_pool_handler", "maintenance_state"),
+        *("maintenance_notification_hash", "orig_host_address", "orig_socket_timeout"),
+        *("orig_socket_connect_timeout", "oss_cluster_maint_notifications_handler"),
+        *("redis_connect_func", "encoder_class"),  # declined below unless the default
+        *_TLS_KEYS,
+        *FAIL_FAST_KEYS,
+    }
+)
+
+
+@functools.cache
+def _defaults(cls: type) -> dict[str, Any]:
+    """The defaults of ``cls``'s constructor parameters, through its bases (what a setting
+    absent from ``connection_kwargs`` is for redis-py's own connections)."""
+    found: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for name, param in inspect.signature(init).parameters.items():
+            if param.default is not inspect.Parameter.empty:
+                found.setdefault(name, param.default)
+    return found
+
+
+def _kind(cls: type) -> str | None:
+    """ "tcp", "tls" or "unix" for redis-py's asyncio connection classes and echomq's fail-fast
+    variants; None for another class (it may connect in ways a Channel would not mirror)."""
+    for base, kind in _KINDS:
+        if cls is base or (issubclass(cls, base) and cls.__module__ == "echomq._fail_fast"):
+            return kind
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """What a Channel's connection needs to know, read once from a client."""
+
+    kind: str
+    address: tuple[str, int] | str  # (host, port), or a socket path
+    tls: dict[str, Any]
+    db: int
+    username: str | None
+    password: str | None
+    credential_provider: Any
+    client_name: str | None
+    lib: tuple[str | None, str | None]
+    connect_timeout: float | None
+    timeout: float | None
+    keepalive: bool
+    keepalive_options: Mapping[int, int | bytes]
+    encoding: str | None
+    errors: str
+    budget: tuple[float, str] | None  # a fail-fast client's connect budget and its URL
+
+
+def _settings(client: redis.asyncio.Redis) -> _Settings | None:
+    """The settings of ``client`` a Channel would mirror, or None when it cannot."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or getattr(client, "single_connection_client", True):
+        return None  # Redis Cluster, or a client asked to use one connection only
+    cls = pool.connection_class
+    kind = _kind(cls)
+    if kind is None:
+        return None
+    given: dict[str, Any] = dict(pool.connection_kwargs)
+    unknown = sorted(k for k, v in given.items() if k not in _HANDLED and v)
+    if unknown:
+        logger.debug("no pipelined channel: connection settings %s are not mirrored", unknown)
+        return None
+    defaults = _defaults(cls)
+    s = {**defaults, **given}
+    if str(s.get("protocol") or 2) != "2":
+        return None  # RESP3 may carry push messages between replies
+    if s.get("redis_connect_func") is not None:
+        return None  # a custom handshake
+    if "encoder_class" in given and given["encoder_class"] is not defaults.get("encoder_class"):
+        return None  # arguments encoded otherwise than hiredis does
+    if str(s.get("encoding") or "utf-8").lower().replace("-", "").replace("_", "") != "utf8":
+        return None  # hiredis packs str arguments as UTF-8
+    timeout = s.get("socket_timeout")
+    connect_timeout = s.get("socket_connect_timeout")
+    if connect_timeout is None:
+        connect_timeout = timeout  # as redis-py does
+    address: tuple[str, int] | str
+    address = str(s["path"]) if kind == "unix" else (s.get("host") or "localhost", int(s["port"]))
+    options = s.get("socket_keepalive_options")
+    lib_name, lib_version = s.get("lib_name"), s.get("lib_version")
+    return _Settings(
+        kind=kind,
+        address=address,
+        tls={k: s.get(k) for k in _TLS_KEYS} if kind == "tls" else {},
+        db=int(s.get("db") or 0),
+        username=s.get("username"),
+        password=s.get("password"),
+        credential_provider=s.get("credential_provider"),
+        client_name=s.get("client_name"),
+        lib=(
+            lib_name if isinstance(lib_name, str) else None,
+            lib_version if isinstance(lib_version, str) else None,
+        ),
+        connect_timeout=connect_timeout,
+        timeout=timeout,
+        keepalive=bool(s.get("socket_keepalive")) and kind != "unix",
+        keepalive_options=options if isinstance(options, Mapping) else {},
+        encoding=str(s.get("encoding") or "utf-8") if s.get("decode_responses") else None,
+        errors=str(s.get("encoding_errors") or "strict"),
+        budget=fail_fast_budget(given),
+    )
+
+
+_CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def _ssl_context(tls: Mapping[str, Any]) -> ssl.SSLContext:
+    """The TLS context redis-py's ``ssl_*`` settings describe."""
+    reqs = tls.get("ssl_cert_reqs")
+    if reqs is None:
+        reqs = ssl.CERT_NONE
+    elif isinstance(reqs, str):
+        if reqs not in _CERT_REQS:
+            raise rx.RedisError(f"invalid ssl_cert_reqs {reqs!r}: use none, optional or required")
+        reqs = _CERT_REQS[reqs]
+    context = ssl.create_default_context()
+    context.check_hostname = bool(tls.get("ssl_check_hostname"))
+    context.verify_mode = reqs
+    for flag in tls.get("ssl_include_verify_flags") or ():
+        context.verify_flags |= flag
+    for flag in tls.get("ssl_exclude_verify_flags") or ():
+        context.verify_flags &= ~flag
+    if tls.get("ssl_certfile") or tls.get("ssl_keyfile"):
+        context.load_cert_chain(
+            tls["ssl_certfile"], tls.get("ssl_keyfile"), tls.get("ssl_password")
+        )
+    ca_certs, ca_path, ca_data = (
+        tls.get(k) for k in ("ssl_ca_certs", "ssl_ca_path", "ssl_ca_data")
+    )
+    if ca_certs or ca_path or ca_data:
+        context.load_verify_locations(cafile=ca_certs, capath=ca_path, cadata=ca_data)
+    if tls.get("ssl_min_version") is not None:
+        context.minimum_version = tls["ssl_min_version"]
+    if tls.get("ssl_ciphers") is not None:
+        context.set_ciphers(tls["ssl_ciphers"])
+    return context
+
+
+# -- the connection ---------------------------------------------------------------------------
+
 
 class _Wire(asyncio.Protocol):
     """The transport's protocol: feeds bytes to hiredis and resolves waiters in order."""
 
+    transport: asyncio.Transport
+
     def __init__(
-        self,
-        transport: asyncio.WriteTransport,
-        keep: object,
-        encoding: str | None,
-        errors: str,
-        on_lost: Callable[[], None] | None = None,
+        self, encoding: str | None, errors: str, on_lost: Callable[[], None] | None = None
     ) -> None:
-        self.transport = transport
         self._on_lost = on_lost  # told when the server or the network closed the connection
-        self._keep = keep  # the handshake's StreamWriter: its __del__ would close the transport
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
         options: dict[str, Any] = {
-            "protocolError": InvalidResponse,
-            "replyError": _parse_error,
+            "protocolError": rx.InvalidResponse,
+            "replyError": parse_error,
             "notEnoughData": _NOT_ENOUGH,
         }
         if encoding is not None:
@@ -79,7 +292,12 @@ class _Wire(asyncio.Protocol):
             options["errors"] = errors
         self._reader = hiredis.Reader(**options)
         self.lost = False
+        self.ready = False  # the handshake is done: a loss is worth a warning
         self.loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
@@ -88,18 +306,18 @@ class _Wire(asyncio.Protocol):
         while True:
             try:
                 reply = reader.gets()
-            except InvalidResponse as exc:
-                self.fail(RedisConnectionError(f"protocol error from Redis: {exc}"))
+            except rx.InvalidResponse as exc:
+                self.fail(rx.ConnectionError(f"protocol error from Redis: {exc}"))
                 return
             if reply is _NOT_ENOUGH:
                 return
             if not waiters:
-                self.fail(RedisConnectionError("Redis sent a reply nobody asked for"))
+                self.fail(rx.ConnectionError("Redis sent a reply nobody asked for"))
                 return
             waiter = waiters.popleft()
             if waiter.done():  # the caller was cancelled or timed out: skip its reply
                 continue
-            if isinstance(reply, ResponseError):
+            if isinstance(reply, rx.RedisError):
                 waiter.set_exception(reply)
             else:
                 waiter.set_result(reply)
@@ -109,14 +327,21 @@ class _Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         unexpected = not self.lost  # not closed by us
-        if unexpected:
+        if unexpected and self.ready:
             logger.warning(
                 "connection to Redis lost (%s); the next call opens a new one",
                 exc or "closed by the server",
             )
-        self._drop(RedisConnectionError(f"connection to Redis lost: {exc or 'closed by server'}"))
-        if unexpected and self._on_lost is not None:
+        self._drop(rx.ConnectionError(f"connection to Redis lost: {exc or 'closed by server'}"))
+        if unexpected and self.ready and self._on_lost is not None:
             self._on_lost()
+
+    def send(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Write ``command``; the future gets its reply."""
+        waiter: asyncio.Future[Any] = self.loop.create_future()
+        self.transport.write(hiredis.pack_command(command))
+        self.waiters.append(waiter)
+        return waiter
 
     def fail(self, error: Exception) -> None:
         """Fail every pending call and close the transport."""
@@ -133,9 +358,99 @@ class _Wire(asyncio.Protocol):
 
     def close(self) -> None:
         """Close the transport; pending calls fail."""
-        self._drop(RedisConnectionError("connection closed by echomq"))
-        with contextlib.suppress(RuntimeError):  # the event loop may already be closed
+        self._drop(rx.ConnectionError("connection closed by echomq"))
+        with contextlib.suppress(RuntimeError, AttributeError):  # loop closed / never opened
             self.transport.close()
+
+
+async def _within(timeout: float | None, step: Awaitable[Any], what: str) -> Any:
+    """``step`` bounded by ``timeout`` (None: unbounded), a timeout raised as redis-py's."""
+    if timeout is None:
+        return await step
+    try:
+        return await asyncio.wait_for(step, timeout)
+    except asyncio.TimeoutError:
+        raise rx.TimeoutError(f"Timeout {what}") from None
+
+
+async def _credentials(s: _Settings) -> tuple[str, ...] | None:
+    """AUTH's arguments: from the credential provider, else the username and password."""
+    provider = s.credential_provider
+    if provider is not None:
+        fetch = getattr(provider, "get_credentials_async", None)
+        creds = await fetch() if fetch is not None else provider.get_credentials()
+        return tuple(creds)
+    if s.password is None and not s.username:
+        return None
+    password = s.password or ""
+    return (s.username, password) if s.username else (password,)
+
+
+async def _replies(waiters: list[asyncio.Future[Any]]) -> list[Any]:
+    """The replies (or errors) of pipelined calls; if cut short, none is left unretrieved."""
+    replies: list[Any] = []
+    try:
+        for waiter in waiters:
+            try:
+                replies.append(await waiter)
+            except rx.RedisError as exc:
+                replies.append(exc)
+        return replies
+    finally:
+        for waiter in waiters:
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()  # retrieved: no "exception was never retrieved" log
+            else:
+                waiter.cancel()
+
+
+async def _open(s: _Settings, wire: _Wire) -> None:
+    """Connect ``wire`` and perform the handshake redis-py's connection would."""
+    loop = asyncio.get_running_loop()
+    where = s.address if isinstance(s.address, str) else "{}:{}".format(*s.address)
+    try:
+        if isinstance(s.address, str):
+            connect = loop.create_unix_connection(lambda: wire, s.address)
+        else:
+            host, port = s.address
+            context = _ssl_context(s.tls) if s.kind == "tls" else None
+            connect = loop.create_connection(lambda: wire, host, port, ssl=context)
+        await _within(s.connect_timeout, connect, f"connecting to Redis at {where}")
+    except OSError as exc:  # refused, unreachable, TLS errors
+        raise rx.ConnectionError(f"Error connecting to Redis at {where}: {exc}") from exc
+    if s.keepalive:
+        sock = wire.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for option, value in s.keepalive_options.items():
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    # The handshake in one round trip; AUTH first, so the others run authenticated.
+    steps: list[tuple[Any, ...]] = []
+    creds = await _credentials(s)
+    if creds:
+        steps.append(("AUTH", *creds))
+    if s.client_name:
+        steps.append(("CLIENT", "SETNAME", s.client_name))
+    lib_name, lib_version = s.lib
+    if lib_name:
+        steps.append(("CLIENT", "SETINFO", "LIB-NAME", lib_name))
+    if lib_version:
+        steps.append(("CLIENT", "SETINFO", "LIB-VER", lib_version))
+    if s.db:
+        steps.append(("SELECT", s.db))
+    if not steps:
+        return
+    replies = await _within(
+        s.timeout,
+        _replies([wire.send(step) for step in steps]),
+        f"reading the handshake's replies from Redis at {where}",
+    )
+    for step, reply in zip(steps, replies):
+        if not isinstance(reply, BaseException) or step[1:2] == ("SETINFO",):
+            continue  # an old server without CLIENT SETINFO is fine, as for redis-py
+        if isinstance(reply, (rx.AuthenticationError, rx.ConnectionError)):
+            raise reply
+        raise rx.ConnectionError(f"Redis refused {step[0]} {step[1]} on connect: {reply}")
 
 
 def _close_wire(holder: list[_Wire | None]) -> None:
@@ -153,22 +468,18 @@ class Channel:
     """
 
     __slots__ = (
-        *("__weakref__", "_client", "_holder", "_lock", "_lock_loop"),
-        *("_timeout", "_encoding", "_errors", "_keep_open", "_reopening", "_closed"),
+        *("__weakref__", "_settings", "_holder", "_lock", "_lock_loop"),
+        *("_timeout", "_keep_open", "_reopening", "_closed"),
     )
 
-    def __init__(self, client: redis.asyncio.Redis, *, keep_open: bool = False) -> None:
-        self._client = client
+    def __init__(self, settings: _Settings, *, keep_open: bool = False) -> None:
+        self._settings = settings
         # keep_open: reopen a lost connection at once rather than at the next call, so a
         # worker's named blocking connection stays visible to getWorkers while it is busy.
         self._keep_open = keep_open
         self._reopening: asyncio.Task[None] | None = None
         self._closed = False
-        kwargs = client.connection_pool.connection_kwargs
-        self._timeout: float | None = kwargs.get("socket_timeout")
-        decode = kwargs.get("decode_responses", False)
-        self._encoding: str | None = kwargs.get("encoding", "utf-8") if decode else None
-        self._errors: str = kwargs.get("encoding_errors", "strict")
+        self._timeout = settings.timeout
         self._holder: list[_Wire | None] = [None]
         self._lock: asyncio.Lock | None = None  # made on first use, for that event loop
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -180,16 +491,14 @@ class Channel:
         wire = self._holder[0]
         if wire is None or wire.lost or wire.loop is not loop:
             wire = await self._connect(loop)
-        waiter: asyncio.Future[Any] = loop.create_future()
-        wire.transport.write(hiredis.pack_command(command))
-        wire.waiters.append(waiter)
+        waiter = wire.send(command)
         if self._timeout is None:
             return await waiter
         try:
             return await asyncio.wait_for(waiter, self._timeout)
         except asyncio.TimeoutError:
-            wire.fail(RedisTimeoutError("Timeout reading from Redis"))
-            raise RedisTimeoutError(
+            wire.fail(rx.TimeoutError("Timeout reading from Redis"))
+            raise rx.TimeoutError(
                 f"no reply from Redis within socket_timeout={self._timeout}s"
             ) from None
 
@@ -204,23 +513,22 @@ class Channel:
                 # Lost, or opened on another (probably closed) event loop, whose transport
                 # cannot be read from here: open a new connection on this loop.
                 _close_wire(self._holder)
-            pool = self._client.connection_pool
-            connection = pool.connection_class(**pool.connection_kwargs)
-            # redis-py's own handshake: AUTH, TLS, SELECT, CLIENT SETNAME
-            await connection.connect()  # type: ignore[no-untyped-call]
-            writer = getattr(connection, "_writer", None)
-            if not isinstance(writer, asyncio.StreamWriter):  # pragma: no cover - redis-py change
-                await connection.disconnect()
-                raise RedisConnectionError("this redis-py connection class has no asyncio stream")
-            # The connection object lets go of the socket; from here the Channel owns it.
-            connection._writer = connection._reader = None
-            transport = writer.transport
+            s = self._settings
             on_lost = _weak_call(self._reopen_soon) if self._keep_open else None
-            wire = _Wire(transport, writer, self._encoding, self._errors, on_lost)
-            transport.set_protocol(wire)
-            if transport.is_closing():  # closed during the handshake's last read
+            wire = _Wire(s.encoding, s.errors, on_lost)
+            try:
+                if s.budget is None:
+                    await _open(s, wire)
+                else:
+                    budget, url = s.budget
+                    await connect_within(budget, url, lambda: _open(s, wire))
+            except BaseException:
                 wire.lost = True
-                raise RedisConnectionError("connection to Redis closed while opening")
+                wire.close()
+                raise
+            if wire.lost:  # closed during the handshake's last read
+                raise rx.ConnectionError("connection to Redis closed while opening")
+            wire.ready = True
             self._holder[0] = wire
             return wire
 
@@ -236,7 +544,7 @@ class Channel:
             try:
                 await self._connect(asyncio.get_running_loop())
                 return
-            except (RedisError, OSError) as exc:
+            except (rx.RedisError, OSError) as exc:
                 logger.debug("reopening a connection to Redis failed (%s); retrying", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -275,11 +583,15 @@ def open_channel(client: redis.asyncio.Redis, *, keep_open: bool = False) -> Cha
         keep_open: reopen the connection as soon as it is lost (for a named blocking
             connection that must stay listed), not only at the next call.
     """
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or getattr(client, "single_connection_client", True):
-        return None  # Redis Cluster, or a client asked to use one connection only
-    if not issubclass(pool.connection_class, redis.asyncio.connection.AbstractConnection):
-        return None
-    if str(pool.connection_kwargs.get("protocol") or 2) != "2":
-        return None  # RESP3 may carry push messages between replies
-    return Channel(client, keep_open=keep_open)
+    settings = _settings(client)
+    return None if settings is None else Channel(settings, keep_open=keep_open)
+
+
+async def send(
+    client: redis.asyncio.Redis, channel: Channel | None, command: tuple[Any, ...]
+) -> Any:
+    """One command and its reply: on ``channel`` when there is one (a raw reply), else by the
+    client's public ``execute_command`` (with redis-py's reply callback applied)."""
+    if channel is not None:
+        return await channel.call(command)
+    return await client.execute_command(*command)  # type: ignore[no-untyped-call]

@@ -34,7 +34,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ._connection import AsyncConn, AsyncConnection, send
+from ._connection import AsyncConn, AsyncConnection
 from ._event_types import (
     Active,
     Added,
@@ -58,7 +58,7 @@ from ._event_types import (
     parse_entry,
 )
 from ._retry import TRANSIENT, RetryBackoff
-from ._wire import Channel, open_channel
+from ._wire import Channel, open_channel, send
 from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
 from .ops import to_str
 from .options import Duration, to_seconds

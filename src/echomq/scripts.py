@@ -27,8 +27,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import NoScriptError
 
-from ._connection import has_hash_tag, send
-from ._wire import Channel
+from ._wire import Channel, send
 from .errors import ValidationError
 
 Arg = str | bytes | int | float
@@ -50,6 +49,12 @@ def _is_cluster(kind: type) -> bool:
     if known is None:
         known = _CLUSTER_CLASSES[kind] = issubclass(kind, _CLUSTERS)
     return known
+
+
+def has_hash_tag(key: str) -> bool:
+    """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
+    start = key.find("{")
+    return start >= 0 and key.find("}", start + 1) > start + 1
 
 
 _INCLUDE = re.compile(r'^--@include "([\w-]+)"\s*$', re.MULTILINE)

@@ -12,8 +12,7 @@ import time
 
 import redis.asyncio
 
-from .._connection import send
-from .._wire import open_channel
+from .._wire import open_channel, send
 from ..ops import to_str
 from ..protocol.keys import QueueKeys
 

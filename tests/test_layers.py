@@ -1,0 +1,157 @@
+"""The package's layers: every module imports on its own, and imports form no cycle.
+
+A cycle hidden by a function-level import (or by the order modules happen to be imported in)
+breaks the first program that imports the modules in another order, so the graph is built from
+the source: every ``import`` in a module, at any depth, except under ``if TYPE_CHECKING:``
+(those never run). Importing a submodule runs its packages' ``__init__`` first, so an edge to
+``echomq.a.b`` is also an edge to the package ``echomq.a`` (but not to the root ``echomq``,
+whose ``__init__`` only re-exports, nor to a package the importer is itself inside).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import echomq
+
+ROOT = Path(echomq.__file__).parent
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by its ``__init__.py``)."""
+    found: dict[str, Path] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = ("echomq", *path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__main__":
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = module_files()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported(tree: ast.AST, name: str, is_package: bool) -> set[str]:
+    """Names of echomq modules that module ``name`` imports, wherever in its body."""
+    package = name if is_package else name.rpartition(".")[0]
+    targets: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            submodules = {f"{source}.{alias.name}" for alias in node.names} & MODULES.keys()
+            targets.update(submodules)  # `from . import ops` imports echomq.ops
+            if len(submodules) < len(node.names):  # names defined in `source` itself
+                targets.add(source)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {t for t in targets if t in MODULES and t != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's echomq imports, with the packages that importing them initialises."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        edges: set[str] = set()
+        for target in _imported(tree, name, path.name == "__init__.py"):
+            edges.add(target)
+            parts = target.split(".")
+            for depth in range(2, len(parts)):
+                parent = ".".join(parts[:depth])
+                if not (name == parent or name.startswith(parent + ".")):
+                    edges.add(parent)
+        graph[name] = edges
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return groups
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .queue import Queue\n"
+        "def f():\n    from .ops import _base\n    import echomq.scripts\n"
+    )
+    found = _imported(ast.parse(source), "echomq._connection", is_package=False)
+    assert found == {"echomq.ops._base", "echomq.scripts"}
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_among_echomq_modules() -> None:
+    cycles = find_cycles(import_graph())
+    assert cycles == [], f"modules importing each other (directly or through others): {cycles}"
+
+
+def _import_alone(name: str) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", f"import {name}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return name, "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+
+
+def test_each_module_imports_first_in_a_fresh_interpreter() -> None:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failed = {name: error for name, error in pool.map(_import_alone, MODULES) if error}
+    assert failed == {}
