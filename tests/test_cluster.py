@@ -19,7 +19,8 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.crc import key_slot
 
 import echomq
-from echomq import JobState, Queue, Worker
+from echomq import JobOptions, JobState, Queue, Worker, ops
+from echomq.ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import close_sync_cluster, wait_for
 
@@ -31,9 +32,11 @@ LAYOUTS = [
 
 def all_keys(keys: QueueKeys, job_id: str = "1") -> list[str]:
     """Every queue-level key and one job's keys."""
-    names = [s for s in QueueKeys.__slots__ if s not in ("name", "prefix", "qualified", "base")]
+    skip = ("name", "prefix", "qualified", "base", "script_keys")
+    names = [s for s in QueueKeys.__slots__ if s not in skip]
     return [
         *(getattr(keys, n) for n in names),
+        *(k for declared in keys.script_keys.values() for k in declared),
         keys.job(job_id),
         keys.lock(job_id),
         keys.logs(job_id),
@@ -153,6 +156,30 @@ async def test_queue_getters_pause_resume_and_worker_on_a_cluster(
             await worker.close()
             await task
         assert sorted(done) == [1, 2]
+
+
+@pytest.mark.parametrize(("prefix", "make_name"), LAYOUTS)
+async def test_declared_key_scripts_on_a_cluster(
+    cluster: RedisCluster, prefix: str, make_name: Any
+) -> None:
+    # The server refuses a script whose declared KEYS span slots (CROSSSLOT), and one that
+    # touches a key of another slot; run each script that takes the declared-key layout.
+    name = make_name()
+    keys = queue_keys(name, prefix)
+    job = ops.prepare_job("n", {}, JobOptions())
+    parent = await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
+    child = await ops.add_job(keys, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
+    params = wops.FetchParams("tok:", 30_000, metrics_max_points=10)
+    now = ops.now_ms()
+    got = await wops.finish_and_fetch(keys, [], 2, 1, params, now).run(cluster)  # type: ignore[arg-type]
+    assert [j.id for j in got.jobs] == [parent, child]
+    renewed = wops.extend_locks(keys, [parent, child], ["tok:1", "tok:2"], 30_000)
+    assert await renewed.run(cluster) == []  # type: ignore[arg-type]
+    done = wops.finish_item(wops.COMPLETE, child, "tok:2", "1")
+    reply = await wops.finish_and_fetch(keys, [done], 1, 3, params, now).run(cluster)  # type: ignore[arg-type]
+    assert reply.codes == [0]
+    assert await cluster.hget(keys.metrics_completed, "count") == "1"
+    assert await cluster.smembers(keys.job(parent) + ":dependencies") == set()
 
 
 async def _completed(q: Queue) -> int:

@@ -98,6 +98,19 @@ def test_sha_is_stable_across_fresh_reads() -> None:
     assert after == before
 
 
+def test_a_body_using_an_undeclared_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The key count is the header's; a body (includes inlined) reaching past it is an error.
+    text = '--[[\n  x\n\n  KEYS[1] wait\n\n  ARGV[1] id\n]]\nreturn redis.call("GET", KEYS[2])\n'
+    monkeypatch.setattr(scripts, "_read", lambda name: text)
+    scripts.get.cache_clear()
+    try:
+        with pytest.raises(AssertionError, match=r"uses KEYS\[2\], its header declares 1"):
+            scripts.get("fake")
+    finally:
+        monkeypatch.undo()
+        scripts.get.cache_clear()
+
+
 def test_check_refuses_a_wrong_key_count() -> None:
     script = scripts.get("getState")
     assert script.numkeys == 8

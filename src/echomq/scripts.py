@@ -59,6 +59,7 @@ def has_hash_tag(key: str) -> bool:
 
 _INCLUDE = re.compile(r'^--@include "([\w-]+)"\s*$', re.MULTILINE)
 _KEY_DECL = re.compile(r"^\s*(?:--)?\s*KEYS\[(\d+)\]", re.MULTILINE)
+_KEY_USE = re.compile(r"\bKEYS\[(\d+)\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,9 @@ def get(name: str) -> Script:
     if sorted(keys) != list(range(1, numkeys + 1)):
         raise AssertionError(f"script {name}: header must declare KEYS[1..n] once each")
     text = _inline(raw, set())
+    used = [int(k) for k in _KEY_USE.findall(text[len(_header(raw)) :])]
+    if max(used, default=0) > numkeys:
+        raise AssertionError(f"script {name} uses KEYS[{max(used)}], its header declares {numkeys}")
     sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
     return Script(name=name, text=text, sha=sha, numkeys=numkeys)
 

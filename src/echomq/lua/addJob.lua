@@ -4,8 +4,17 @@
   One call adds one job, or several (a bulk add): ARGV holds 10 values per job, and each job
   gets exactly the keys, fields and events a call for it alone would write.
 
-  KEYS[1] base key "P:Q:"; every queue key is derived from it, so a hash tag in the
-          prefix or the name keeps them in one Cluster slot
+  KEYS[1]  prefix "P:Q:": job keys are built from it (includes/job_keys.lua); its hash tag
+           keeps them in the queue's Cluster slot
+  KEYS[2]  id
+  KEYS[3]  meta
+  KEYS[4]  events
+  KEYS[5]  wait
+  KEYS[6]  active
+  KEYS[7]  prioritized
+  KEYS[8]  pc
+  KEYS[9]  delayed
+  KEYS[10] marker
 
   ARGV, 10 values per job (the i-th job's values start at ARGV[10 * (i - 1) + 1]):
   ARGV[1]  custom job id, or ""
@@ -16,7 +25,7 @@
   ARGV[6]  delay (ms, >= 0)
   ARGV[7]  priority (0 .. 2^21-1)
   ARGV[8]  "1" for lifo, else "0"
-  ARGV[9]  parent key "P':Q':<id>", or ""
+  ARGV[9]  parent key "P':Q':<id>" (a job key, possibly of another queue), or ""
   ARGV[10] parent JSON {"id":..,"queueKey":..}, or ""
 
   Returns: for one job, its id (string); for several, the array of their ids. A custom id
@@ -27,10 +36,13 @@
   else wait (LPUSH, or RPUSH for lifo). `id` is INCRed on every call, as Node does.
 ]]
 --@include "common"
+--@include "job_keys"
 --@include "enqueue"
 
-local base = KEYS[1]
-local k_meta, k_id, k_events = base .. "meta", base .. "id", base .. "events"
+local q = {
+  prefix = KEYS[1], id = KEYS[2], meta = KEYS[3], events = KEYS[4], wait = KEYS[5],
+  active = KEYS[6], prioritized = KEYS[7], pc = KEYS[8], delayed = KEYS[9], marker = KEYS[10],
+}
 local max_len = nil
 local blocked = nil -- paused or maxed; adds cannot change it, so it is read once per call
 
@@ -43,16 +55,16 @@ local function add_one(o)
     return -5
   end
 
-  local counter = redis.call("INCR", k_id)
-  max_len = max_len or max_events(k_meta)
+  local counter = redis.call("INCR", q.id)
+  max_len = max_len or max_events(q.meta)
   local job_id = custom
   if job_id == "" then
     job_id = int_str(counter)
   end
-  local job_key = base .. job_id
+  local job_key = job_hash_key(q.prefix, job_id)
 
   if custom ~= "" and redis.call("EXISTS", job_key) == 1 then
-    redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "duplicated",
+    redis.call("XADD", q.events, "MAXLEN", "~", max_len, "*", "event", "duplicated",
       "jobId", job_id)
     return job_id
   end
@@ -67,13 +79,13 @@ local function add_one(o)
     redis.call("HSET", job_key, "name", name, "data", data, "opts", opts, "timestamp", ts,
       "delay", delay_arg, "priority", priority_arg)
   end
-  redis.call("XADD", k_events, "*", "event", "added", "jobId", job_id, "name", name)
+  redis.call("XADD", q.events, "*", "event", "added", "jobId", job_id, "name", name)
 
-  blocked = enqueue_job(base, job_id, delay, tonumber(ts) + delay, priority, ARGV[o + 8] == "1",
+  blocked = enqueue_job(q, job_id, delay, tonumber(ts) + delay, priority, ARGV[o + 8] == "1",
     max_len, blocked)
 
   if parent_key ~= "" then
-    redis.call("SADD", parent_key .. ":dependencies", job_key)
+    redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)
   end
   return job_id
 end

@@ -3,8 +3,18 @@
   iterations is taken by a worker (docs/protocol/scripts.md#script-continueScheduler; the
   effect of BullMQ's updateJobScheduler for every-schedulers). Cron schedulers are not handled here.
 
-  KEYS[1]  base key "P:Q:"; `repeat`, `repeat:<id>`, the job keys and the state keys are
-           derived from it
+  KEYS[1]  prefix "P:Q:": the job keys and the scheduler hash `repeat:<id>` are built from it
+           (includes/job_keys.lua)
+  KEYS[2]  repeat
+  KEYS[3]  id
+  KEYS[4]  meta
+  KEYS[5]  events
+  KEYS[6]  wait
+  KEYS[7]  active
+  KEYS[8]  prioritized
+  KEYS[9]  pc
+  KEYS[10] delayed
+  KEYS[11] marker
 
   ARGV[1]  scheduler id
   ARGV[2]  id of the iteration the worker took (the producer)
@@ -17,23 +27,27 @@
   or the next iteration exists already (a `duplicated` event is written then).
 ]]
 --@include "common"
+--@include "job_keys"
 --@include "enqueue"
 
-local base = KEYS[1]
+local q = {
+  prefix = KEYS[1], ["repeat"] = KEYS[2], id = KEYS[3], meta = KEYS[4], events = KEYS[5],
+  wait = KEYS[6], active = KEYS[7], prioritized = KEYS[8], pc = KEYS[9], delayed = KEYS[10],
+  marker = KEYS[11],
+}
 local scheduler_id, producer_id, now = ARGV[1], ARGV[2], tonumber(ARGV[4])
-local k_repeat = base .. "repeat"
-local prev = redis.call("ZSCORE", k_repeat, scheduler_id)
+local prev = redis.call("ZSCORE", q["repeat"], scheduler_id)
 if not prev then
   return ""
 end
 prev = tonumber(prev)
-local hash_key = k_repeat .. ":" .. scheduler_id
+local hash_key = scheduler_hash_key(q.prefix, scheduler_id)
 local s = redis.call("HMGET", hash_key, "ic", "every", "name", "data", "offset")
 local every = tonumber(s[2])
 if not s[1] or not every or every <= 0 then
   return ""
 end
-if producer_id ~= "repeat:" .. scheduler_id .. ":" .. score_str(prev) then
+if producer_id ~= iteration_id(scheduler_id, prev) then
   return ""
 end
 
@@ -56,19 +70,18 @@ if next_ms < now then
 end
 next_ms = math.floor(next_ms)
 
-local k_meta, k_events = base .. "meta", base .. "events"
-local max_len = max_events(k_meta)
-local job_id = "repeat:" .. scheduler_id .. ":" .. score_str(next_ms)
-local job_key = base .. job_id
+local max_len = max_events(q.meta)
+local job_id = iteration_id(scheduler_id, next_ms)
+local job_key = job_hash_key(q.prefix, job_id)
 if redis.call("EXISTS", job_key) == 1 then
-  redis.call("XADD", k_events, "MAXLEN", "~", max_len, "*", "event", "duplicated",
+  redis.call("XADD", q.events, "MAXLEN", "~", max_len, "*", "event", "duplicated",
     "jobId", job_id)
   return ""
 end
 
-redis.call("ZADD", k_repeat, score_str(next_ms), scheduler_id)
+redis.call("ZADD", q["repeat"], score_str(next_ms), scheduler_id)
 redis.call("HINCRBY", hash_key, "ic", 1)
-redis.call("INCR", base .. "id")
+redis.call("INCR", q.id)
 
 local delay = math.max(0, next_ms - now)
 opts["jobId"] = job_id
@@ -79,8 +92,8 @@ local name = s[3] or scheduler_id
 redis.call("HSET", job_key, "name", name, "data", s[4] or "{}", "opts", cjson.encode(opts),
   "timestamp", int_str(now), "delay", int_str(delay), "priority", int_str(priority),
   "rjk", scheduler_id)
-redis.call("XADD", k_events, "*", "event", "added", "jobId", job_id, "name", name)
+redis.call("XADD", q.events, "*", "event", "added", "jobId", job_id, "name", name)
 
-enqueue_job(base, job_id, delay, next_ms, priority, opts["lifo"] and true or false, max_len,
+enqueue_job(q, job_id, delay, next_ms, priority, opts["lifo"] and true or false, max_len,
   nil)
 return job_id

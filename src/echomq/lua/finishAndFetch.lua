@@ -5,10 +5,27 @@
   (docs/protocol/scripts.md#script-finishAndFetch), then
   what moveToActive does for each job it takes. With no items it is moveToActive.
 
-  KEYS[1]  base key "P:Q:"; every key used is derived from it (wait, active, prioritized,
-           events, stalled, limiter, delayed, meta, pc, marker, completed, failed,
-           metrics:completed, metrics:failed, de:<id> and dn:<id> of deduplication, and job
-           keys), so one hash tag covers them all
+  KEYS[1]  prefix "P:Q:": job keys and the de:<id> / dn:<id> keys of deduplication are built
+           from it (includes/job_keys.lua); its hash tag keeps them in the queue's Cluster slot
+  KEYS[2]  wait
+  KEYS[3]  active
+  KEYS[4]  prioritized
+  KEYS[5]  pc
+  KEYS[6]  delayed
+  KEYS[7]  meta
+  KEYS[8]  events
+  KEYS[9]  marker
+  KEYS[10] stalled
+  KEYS[11] limiter
+  KEYS[12] id
+  KEYS[13] waiting-children
+  KEYS[14] completed
+  KEYS[15] failed
+  KEYS[16] metrics:completed
+  KEYS[17] metrics:completed:data
+  KEYS[18] metrics:failed
+  KEYS[19] metrics:failed:data
+  A parent in another queue (a flow) has its keys derived from its parent reference.
 
   ARGV[1]  now (ms)
   ARGV[2]  items: JSON array of arrays
@@ -43,17 +60,21 @@
       their job hash was missing (they took no slot)
 ]]
 --@include "common"
---@include "enqueue"
 --@include "job_keys"
+--@include "enqueue"
 --@include "parent"
 --@include "fetch"
 
-local base = KEYS[1]
 local now = tonumber(ARGV[1])
 local k = {
-  wait = base .. "wait", active = base .. "active", prioritized = base .. "prioritized",
-  events = base .. "events", stalled = base .. "stalled", limiter = base .. "limiter",
-  delayed = base .. "delayed", meta = base .. "meta", pc = base .. "pc", marker = base .. "marker",
+  prefix = KEYS[1], wait = KEYS[2], active = KEYS[3], prioritized = KEYS[4], pc = KEYS[5],
+  delayed = KEYS[6], meta = KEYS[7], events = KEYS[8], marker = KEYS[9], stalled = KEYS[10],
+  limiter = KEYS[11], id = KEYS[12], waiting_children = KEYS[13], completed = KEYS[14],
+  failed = KEYS[15],
+}
+local metrics = {
+  [true] = {KEYS[16], KEYS[17]}, -- completed: the hash and its :data list
+  [false] = {KEYS[18], KEYS[19]},
 }
 local items = cjson.decode(ARGV[2])
 local max_metrics = tonumber(ARGV[10])
@@ -64,7 +85,7 @@ local function release_lock(job_key, job_id, token)
   if token == "0" then
     return 0
   end
-  local lock_key = job_key .. ":lock"
+  local lock_key = job_part_key(job_key, "lock")
   local held = redis.call("GET", lock_key)
   if held == token then
     redis.call("DEL", lock_key)
@@ -82,7 +103,7 @@ local function trim_finished(target, keep_count, keep_age, keep_limit)
     local limit = tonumber(keep_limit) or 1000
     local old = redis.call("ZRANGEBYSCORE", target, 0, score_str(cutoff), "LIMIT", 0, limit)
     for _, id in ipairs(old) do
-      delete_job_keys(base .. id)
+      delete_job_keys(job_hash_key(k.prefix, id))
     end
     if #old > 0 then
       if #old < limit then
@@ -95,7 +116,7 @@ local function trim_finished(target, keep_count, keep_age, keep_limit)
   if keep_count > 0 then
     local extra = redis.call("ZREVRANGE", target, keep_count, -1)
     for _, id in ipairs(extra) do
-      delete_job_keys(base .. id)
+      delete_job_keys(job_hash_key(k.prefix, id))
     end
     if #extra > 0 then
       redis.call("ZREMRANGEBYRANK", target, 0, -(keep_count + 1))
@@ -103,7 +124,7 @@ local function trim_finished(target, keep_count, keep_age, keep_limit)
   end
 end
 
-local function collect_metrics(metrics_key)
+local function collect_metrics(metrics_key, data_key)
   local count = redis.call("HINCRBY", metrics_key, "count", 1) - 1
   local prev = redis.call("HMGET", metrics_key, "prevTS", "prevCount")
   if not prev[1] then
@@ -115,7 +136,6 @@ local function collect_metrics(metrics_key)
     n = max_metrics
   end
   if n > 0 then
-    local data_key = metrics_key .. ":data"
     redis.call("LPUSH", data_key, count - (tonumber(prev[2]) or 0))
     local zeros = {}
     for _ = 2, n do
@@ -134,10 +154,10 @@ local function collect_metrics(metrics_key)
 end
 
 local function release_dedup_key(job_id, dedup_id)
-  local dedup_key = base .. "de:" .. dedup_id
-  local ttl = redis.call("PTTL", dedup_key)
-  if ttl == 0 or (ttl == -1 and redis.call("GET", dedup_key) == job_id) then
-    redis.call("DEL", dedup_key)
+  local de_key = dedup_key(k.prefix, dedup_id)
+  local ttl = redis.call("PTTL", de_key)
+  if ttl == 0 or (ttl == -1 and redis.call("GET", de_key) == job_id) then
+    redis.call("DEL", de_key)
   end
 end
 
@@ -145,14 +165,14 @@ end
 -- arrived while the finishing job was active waits in `dn:<id>`; it becomes a job now, owning
 -- the dedup key.
 local function add_deduplicated_next(dedup_id, max_len)
-  local next_key = base .. "dn:" .. dedup_id
+  local next_key = dedup_next_key(k.prefix, dedup_id)
   local n = redis.call("HMGET", next_key, "name", "data", "opts", "pk", "pd", "pdk", "rjk", "jid")
   if not n[1] and not n[3] then
     return
   end
-  local counter = redis.call("INCR", base .. "id")
+  local counter = redis.call("INCR", k.id)
   local job_id = n[8] or int_str(counter)
-  local job_key = base .. job_id
+  local job_key = job_hash_key(k.prefix, job_id)
   local ok, opts = pcall(cjson.decode, n[3] or "{}")
   if not ok or type(opts) ~= "table" then
     opts = {}
@@ -160,9 +180,9 @@ local function add_deduplicated_next(dedup_id, max_len)
   local de = type(opts["de"]) == "table" and opts["de"] or {}
   local ttl = tonumber(de["ttl"])
   if de["keepLastIfActive"] or not ttl or ttl <= 0 then
-    redis.call("SET", base .. "de:" .. dedup_id, job_id)
+    redis.call("SET", dedup_key(k.prefix, dedup_id), job_id)
   else
-    redis.call("SET", base .. "de:" .. dedup_id, job_id, "PX", math.floor(ttl))
+    redis.call("SET", dedup_key(k.prefix, dedup_id), job_id, "PX", math.floor(ttl))
   end
   local delay = math.max(0, math.floor(tonumber(opts["delay"]) or 0))
   local priority = math.floor(tonumber(opts["priority"]) or 0)
@@ -184,7 +204,7 @@ local function add_deduplicated_next(dedup_id, max_len)
   fields[#fields + 1] = dedup_id
   redis.call("HSET", job_key, unpack(fields))
   redis.call("XADD", k.events, "*", "event", "added", "jobId", job_id, "name", n[1] or "")
-  enqueue_job(base, job_id, delay, now + delay, priority, opts["lifo"] and true or false,
+  enqueue_job(k, job_id, delay, now + delay, priority, opts["lifo"] and true or false,
     max_len, nil)
   if n[6] then
     redis.call("SADD", n[6], job_key)
@@ -203,17 +223,17 @@ local function finish(item, job_id, job_key, completed, max_len)
   end
   if linked[1] then
     if completed then
-      child_completed(job_key, linked[1], linked[2], value, now)
+      child_completed(k, job_key, linked[1], linked[2], value, now)
     else
-      child_failed(job_key, linked[1], linked[2], value, now)
+      child_failed(k, job_key, linked[1], linked[2], value, now)
     end
   end
   local attempts_made = redis.call("HINCRBY", job_key, "atm", 1)
-  local target = base .. (completed and "completed" or "failed")
+  local target = completed and k.completed or k.failed
   if keep_count == 0 then
     delete_job_keys(job_key)
     if linked[1] then
-      redis.call("SREM", linked[1] .. ":dependencies", job_key)
+      redis.call("SREM", job_part_key(linked[1], "dependencies"), job_key)
     end
   else
     redis.call("ZADD", target, now, job_id)
@@ -237,7 +257,7 @@ local function finish(item, job_id, job_key, completed, max_len)
     end
   end
   if max_metrics then
-    collect_metrics(base .. (completed and "metrics:completed" or "metrics:failed"))
+    collect_metrics(metrics[completed][1], metrics[completed][2])
   end
 end
 
@@ -275,10 +295,10 @@ end
 -- Resent call: was this item recorded by the send whose reply was lost?
 local function recorded_before(kind, job_id, keep_count)
   if kind == "C" or kind == "F" then
-    if keep_count == 0 and redis.call("EXISTS", base .. job_id) == 0 then
+    if keep_count == 0 and redis.call("EXISTS", job_hash_key(k.prefix, job_id)) == 0 then
       return true
     end
-    local target = base .. (kind == "C" and "completed" or "failed")
+    local target = kind == "C" and k.completed or k.failed
     return redis.call("ZSCORE", target, job_id) ~= false
   elseif kind == "D" then
     return redis.call("ZSCORE", k.delayed, job_id) ~= false
@@ -296,11 +316,12 @@ local function taken_before(want)
   end
   local taken = {}
   for _, id in ipairs(redis.call("LRANGE", k.active, 0, -1)) do
-    local token = redis.call("GET", base .. id .. ":lock")
+    local job_key = job_hash_key(k.prefix, id)
+    local token = redis.call("GET", job_part_key(job_key, "lock"))
     if token and tokens[token] then
       taken[#taken + 1] = id
       taken[#taken + 1] = token
-      taken[#taken + 1] = redis.call("HGETALL", base .. id)
+      taken[#taken + 1] = redis.call("HGETALL", job_key)
     end
   end
   return taken
@@ -314,19 +335,18 @@ if #items > 0 then
   local trimmed = false
   for i, item in ipairs(items) do
     local kind, job_id, token = item[1], item[2], item[3]
-    local job_key = base .. job_id
+    local job_key = job_hash_key(k.prefix, job_id)
     local code = 0
     if kind == "R" then
       -- retryJob promotes due delayed jobs before anything else
-      promote_due_delayed(base, k.delayed, k.wait, k.prioritized, k.pc, k.events, k.marker, now,
-        paused_or_maxed(k.meta, k.active))
+      promote_due_delayed(k, now, paused_or_maxed(k.meta, k.active))
     end
     if redis.call("EXISTS", job_key) == 0 then
       code = -1
-    elseif kind == "C" and redis.call("EXISTS", job_key .. ":dependencies",
-        job_key .. ":unsuccessful") > 0 then
+    elseif kind == "C" and redis.call("EXISTS", job_part_key(job_key, "dependencies"),
+        job_part_key(job_key, "unsuccessful")) > 0 then
       -- empty sets do not exist, so one EXISTS tells whether either check can fail
-      if redis.call("SCARD", job_key .. ":dependencies") > 0 then
+      if redis.call("SCARD", job_part_key(job_key, "dependencies")) > 0 then
         code = -4
       else
         code = -9
@@ -369,7 +389,7 @@ local again = want > 0 and resend and taken_before(want) or {}
 if #again > 0 then
   fetched = {again, 0, 0, {}}
 elseif want > 0 then
-  fetched = fetch_jobs(base, k, now, want, {
+  fetched = fetch_jobs(k, now, want, {
     token_prefix = ARGV[4], token_start = tonumber(ARGV[5]), lock_ms = ARGV[6],
     limiter_max = tonumber(ARGV[7]), limiter_duration = tonumber(ARGV[8]), name = ARGV[9],
   })

@@ -67,7 +67,7 @@ class ScriptOp(Op[T]):
     """A call of one script, and how to read its reply."""
 
     script: scripts.Script
-    keys: list[str]
+    keys: Sequence[str]
     args: list[scripts.Arg]
     parse: Callable[[Any], T]
 

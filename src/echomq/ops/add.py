@@ -118,7 +118,7 @@ def add_job(
     custom = job.options.job_id if job.options.job_id is not UNSET else ""
     return ScriptOp(
         scripts.get("addJob"),
-        [keys.base],
+        keys.script_keys["addJob"],
         _job_args(job, parent),
         lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
     )
@@ -172,7 +172,7 @@ def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> MappedOp[list[list
     for start in range(0, len(jobs), BULK_CHUNK):
         chunk = jobs[start : start + BULK_CHUNK]
         args = [arg for job in chunk for arg in _job_args(job)]
-        calls.append(ScriptOp(scripts.get("addJob"), [keys.base], args, _parse_ids))
+        calls.append(ScriptOp(scripts.get("addJob"), keys.script_keys["addJob"], args, _parse_ids))
     return MappedOp(TransactionOp(calls), lambda replies: [i for ids in replies for i in ids])
 
 

@@ -137,7 +137,7 @@ def finish_and_fetch(
     """
     return ScriptOp(
         scripts.get("finishAndFetch"),
-        [keys.base],
+        keys.script_keys["finishAndFetch"],
         [
             now,
             fields.dumps(items, "finish items") if items else "[]",
@@ -161,8 +161,8 @@ def extend_locks(
     """Renew the locks of many jobs; the reply lists the ids that could not be renewed."""
     return ScriptOp(
         scripts.get("extendLocks"),
-        [keys.stalled],
-        [keys.base, lock_ms, *[v for pair in zip(job_ids, tokens) for v in pair]],
+        keys.script_keys["extendLocks"],
+        [lock_ms, *[v for pair in zip(job_ids, tokens) for v in pair]],
         lambda reply: [to_str(x) for x in reply],
     )
 
@@ -223,7 +223,7 @@ def continue_scheduler(
     new iteration's id, or None if none was made."""
     return ScriptOp(
         scripts.get("continueScheduler"),
-        [keys.base],
+        keys.script_keys["continueScheduler"],
         [scheduler_id, producer_id, fields.dumps(next_opts, "job options"), now],
         lambda reply: to_str(reply) or None,
     )

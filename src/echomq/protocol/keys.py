@@ -44,6 +44,61 @@ RESERVED_SUFFIXES: frozenset[str] = frozenset(
 
 DEFAULT_PREFIX = "bull"
 
+#: The KEYS of the scripts that take their queue's keys in one fixed layout, as
+#: :class:`QueueKeys` attribute names; ``base`` is the prefix key ``P:Q:`` from which a script
+#: builds job keys (``lua/includes/job_keys.lua``). Each script's header lists the same keys in
+#: the same order. :attr:`QueueKeys.script_keys` holds them built once per queue, so a call
+#: costs no key building.
+SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "addJob": (
+        "base",
+        "id",
+        "meta",
+        "events",
+        "wait",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "marker",
+    ),
+    "finishAndFetch": (
+        "base",
+        "wait",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "meta",
+        "events",
+        "marker",
+        "stalled",
+        "limiter",
+        "id",
+        "waiting_children",
+        "completed",
+        "failed",
+        "metrics_completed",
+        "metrics_completed_data",
+        "metrics_failed",
+        "metrics_failed_data",
+    ),
+    "continueScheduler": (
+        "base",
+        "repeat",
+        "id",
+        "meta",
+        "events",
+        "wait",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "marker",
+    ),
+    "extendLocks": ("base", "stalled"),
+}
+
 
 def validate_queue_name(name: str) -> None:
     """Raise :class:`InvalidQueueNameError` unless ``name`` is usable as a queue name."""
@@ -73,7 +128,9 @@ class QueueKeys:
         "marker",
         "meta",
         "metrics_completed",
+        "metrics_completed_data",
         "metrics_failed",
+        "metrics_failed_data",
         "name",
         "paused",
         "pc",
@@ -81,6 +138,7 @@ class QueueKeys:
         "prioritized",
         "qualified",
         "repeat",
+        "script_keys",
         "stalled",
         "stalled_check",
         "wait",
@@ -114,6 +172,13 @@ class QueueKeys:
         self.repeat = b + "repeat"
         self.metrics_completed = b + "metrics:completed"
         self.metrics_failed = b + "metrics:failed"
+        self.metrics_completed_data = self.metrics_completed + ":data"
+        self.metrics_failed_data = self.metrics_failed + ":data"
+        #: script name -> its KEYS (see :data:`SCRIPT_KEY_LAYOUTS`)
+        self.script_keys: dict[str, tuple[str, ...]] = {
+            script: tuple(getattr(self, attr) for attr in layout)
+            for script, layout in SCRIPT_KEY_LAYOUTS.items()
+        }
 
     def state(self, suffix: str) -> str:
         """The key of a state set or list, by its suffix (``wait``, ``completed``, ...)."""

@@ -1,5 +1,7 @@
 -- Taking jobs for a worker: promotion of due delayed jobs, rate limit, global concurrency,
--- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common".
+-- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common" and
+-- "job_keys"; `k` holds the queue's declared keys (prefix, wait, active, prioritized, pc,
+-- delayed, events, marker, meta, limiter).
 --
 -- Dangling ids (an id in wait, prioritized or delayed whose job hash does not exist) are
 -- dropped from their structure instead of being moved on: writing the lock, processedOn or
@@ -15,33 +17,32 @@ local function drop_dangling(id, structure)
 end
 
 -- Move delayed jobs that are due (score <= (now+1)*4096-1) to wait / prioritized.
-local function promote_due_delayed(base, k_delayed, k_wait, k_prioritized, k_pc, k_events,
-                                   k_marker, now, blocked)
-  local ids = redis.call("ZRANGEBYSCORE", k_delayed, 0, score_str((now + 1) * 4096 - 1),
+local function promote_due_delayed(k, now, blocked)
+  local ids = redis.call("ZRANGEBYSCORE", k.delayed, 0, score_str((now + 1) * 4096 - 1),
     "LIMIT", 0, 1000)
   if #ids == 0 then
     return
   end
-  redis.call("ZREM", k_delayed, unpack(ids))
+  redis.call("ZREM", k.delayed, unpack(ids))
   local promoted = 0
   for _, id in ipairs(ids) do
-    local job_key = base .. id
+    local job_key = job_hash_key(k.prefix, id)
     if redis.call("EXISTS", job_key) == 0 then
       drop_dangling(id, "delayed")
     else
       promoted = promoted + 1
       local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
       if priority == 0 then
-        redis.call("LPUSH", k_wait, id)
+        redis.call("LPUSH", k.wait, id)
       else
-        add_prioritized(k_prioritized, k_pc, priority, id)
+        add_prioritized(k.prioritized, k.pc, priority, id)
       end
-      redis.call("XADD", k_events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
+      redis.call("XADD", k.events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
       redis.call("HSET", job_key, "delay", 0)
     end
   end
   if promoted > 0 and not blocked then
-    add_base_marker(k_marker)
+    add_base_marker(k.marker)
   end
 end
 
@@ -91,7 +92,7 @@ local function start_job(k, job_key, id, token, now, w, max_jobs, duration)
       redis.call("PEXPIRE", k.limiter, math.floor(math.abs(duration or 0)))
     end
   end
-  redis.call("SET", job_key .. ":lock", token, "PX", w.lock_ms)
+  redis.call("SET", job_part_key(job_key, "lock"), token, "PX", w.lock_ms)
   redis.call("XADD", k.events, "*", "event", "active", "jobId", id, "prev", "waiting")
   if w.name ~= "" then
     redis.call("HSET", job_key, "processedOn", now, "pb", w.name)
@@ -108,13 +109,12 @@ end
 -- dangling}, where dangling is `dangling_jobs` (flat {id, structure, ...}, also holding those
 -- dropped earlier in the same script). A dangling id popped from wait or prioritized is
 -- removed from active again and takes no slot, no lock, no token and no limiter count.
-local function fetch_jobs(base, k, now, count, w)
+local function fetch_jobs(k, now, count, w)
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
   local concurrency = tonumber(meta[2])
   local blocked = meta[1] ~= false
     or (concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency)
-  promote_due_delayed(base, k.delayed, k.wait, k.prioritized, k.pc, k.events, k.marker, now,
-    blocked)
+  promote_due_delayed(k, now, blocked)
 
   local max_jobs = tonumber(meta[3]) or w.limiter_max
   local duration = w.limiter_duration or tonumber(meta[4])
@@ -141,7 +141,8 @@ local function fetch_jobs(base, k, now, count, w)
     if not id then
       break
     end
-    if redis.call("EXISTS", base .. id) == 0 then
+    local job_key = job_hash_key(k.prefix, id)
+    if redis.call("EXISTS", job_key) == 0 then
       -- checked before any write: a lock or an HSET here would fake a job
       redis.call("LREM", k.active, 1, id)
       drop_dangling(id, source)
@@ -149,7 +150,7 @@ local function fetch_jobs(base, k, now, count, w)
       local token = w.token_prefix .. int_str(w.token_start + i - 1)
       taken[#taken + 1] = id
       taken[#taken + 1] = token
-      taken[#taken + 1] = start_job(k, base .. id, id, token, now, w, max_jobs, duration)
+      taken[#taken + 1] = start_job(k, job_key, id, token, now, w, max_jobs, duration)
       i = i + 1
     end
   end

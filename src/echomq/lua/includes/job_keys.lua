@@ -1,6 +1,86 @@
+-- Key names built inside a script: the one place a script concatenates a key
+-- (docs/protocol/keys.md#key-composition).
+--
+-- Every key of the script's own queue (wait, active, meta, events, ...) comes in KEYS, built by
+-- protocol/keys.py, and so does the queue's prefix key "P:Q:", which carries its hash tag.
+-- Scripts hold their queue's keys in a table `q` (q.prefix, q.wait, q.waiting_children, ...).
+-- Only keys named by data read or received at run time are built, always by appending to a
+-- prefix key, so they land in the prefix's Redis Cluster slot:
+--   job keys          "P:Q:<id>" and "P:Q:<id>:<part>" (lock, logs, dependencies, processed,
+--                     failed, unsuccessful);
+--   dedup keys        "P:Q:de:<dedupId>" and "P:Q:dn:<dedupId>" (one pair per deduplication id);
+--   scheduler hashes  "P:Q:repeat:<schedulerId>";
+--   another queue's keys, when a job reference names a queue other than the script's own (a
+--                     parent in a flow): queue_keys_for.
+
+local function job_hash_key(prefix, job_id)
+  return prefix .. job_id
+end
+
+-- part: "lock", "logs", "dependencies", "processed", "failed" or "unsuccessful".
+local function job_part_key(job_hash, part)
+  return job_hash .. ":" .. part
+end
+
+local function dedup_key(prefix, dedup_id)
+  return prefix .. "de:" .. dedup_id
+end
+
+-- Where the add that arrived while the deduplicated job was active waits (keepLastIfActive).
+local function dedup_next_key(prefix, dedup_id)
+  return prefix .. "dn:" .. dedup_id
+end
+
+local function scheduler_hash_key(prefix, scheduler_id)
+  return prefix .. "repeat:" .. scheduler_id
+end
+
+-- The id of a scheduler's iteration due at `millis`: "repeat:<schedulerId>:<millis>".
+local function iteration_id(scheduler_id, millis)
+  return "repeat:" .. scheduler_id .. ":" .. string.format("%.0f", tonumber(millis))
+end
+
+-- The id (text after the last ':') and the prefix "P:Q:" of a full job key.
+local function split_job_key(job_hash)
+  local job_id = string.match(job_hash, "([^:]*)$")
+  return job_id, string.sub(job_hash, 1, #job_hash - #job_id)
+end
+
+-- The prefix "P:Q:" of the queue whose qualified name ("queueKey" of a parent reference) is
+-- "P:Q".
+local function queue_prefix(queue_key)
+  return queue_key .. ":"
+end
+
+local queue_key_suffixes = {
+  wait = "wait", paused = "paused", active = "active", prioritized = "prioritized", pc = "pc",
+  delayed = "delayed", completed = "completed", failed = "failed",
+  waiting_children = "waiting-children", meta = "meta", events = "events", marker = "marker",
+}
+local other_queues = {}
+
+-- The keys of the queue whose prefix is `prefix`, as a table shaped like `q`: `q` itself when
+-- it is the script's own queue (declared keys), else derived (a flow across queues, whose
+-- queues must share a hash tag on Redis Cluster).
+local function queue_keys_for(q, prefix)
+  if prefix == q.prefix then
+    return q
+  end
+  local keys = other_queues[prefix]
+  if not keys then
+    keys = {prefix = prefix}
+    for field, suffix in pairs(queue_key_suffixes) do
+      keys[field] = prefix .. suffix
+    end
+    other_queues[prefix] = keys
+  end
+  return keys
+end
+
 -- Deleting a job's own keys (docs/protocol/keys.md#delete-job-keys): the hash and its :logs,
 -- :dependencies, :processed, :failed and :unsuccessful keys. The :lock key is left to expire.
-local function delete_job_keys(job_key)
-  redis.call("DEL", job_key, job_key .. ":logs", job_key .. ":dependencies",
-    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful")
+local function delete_job_keys(job_hash)
+  redis.call("DEL", job_hash, job_part_key(job_hash, "logs"),
+    job_part_key(job_hash, "dependencies"), job_part_key(job_hash, "processed"),
+    job_part_key(job_hash, "failed"), job_part_key(job_hash, "unsuccessful"))
 end

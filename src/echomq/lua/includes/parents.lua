@@ -2,19 +2,15 @@
 -- parent by the full key "P':Q':<parentId>", possibly in another queue; every parent-side key
 -- is derived from it.
 --@include "common"
+--@include "job_keys"
 
--- The id (text after the last ':') and the base key "P:Q:" of a full job key.
-local function split_job_key(job_key)
-  local job_id = string.match(job_key, "([^:]*)$")
-  return job_id, string.sub(job_key, 1, #job_key - #job_id)
-end
-
--- Put a released parent at the front of its queue's `wait` (RPUSH), ignoring its priority and
--- delay, and wake that queue's workers unless it is paused or maxed.
-local function push_parent_to_wait(parent_base, parent_id)
-  redis.call("RPUSH", parent_base .. "wait", parent_id)
-  if not paused_or_maxed(parent_base .. "meta", parent_base .. "active") then
-    add_base_marker(parent_base .. "marker")
+-- Put a released parent at the front of the `wait` of its queue `pq` (a table from
+-- queue_keys_for), ignoring its priority and delay, and wake that queue's workers unless it is
+-- paused or maxed.
+local function push_parent_to_wait(pq, parent_id)
+  redis.call("RPUSH", pq.wait, parent_id)
+  if not paused_or_maxed(pq.meta, pq.active) then
+    add_base_marker(pq.marker)
   end
 end
 
@@ -29,12 +25,12 @@ local function reattach_child(job_key, prev_state)
   end
   local found = 0
   if prev_state == "completed" then
-    found = redis.call("HDEL", parent_key .. ":processed", job_key)
+    found = redis.call("HDEL", job_part_key(parent_key, "processed"), job_key)
   elseif prev_state == "failed" then
-    found = redis.call("ZREM", parent_key .. ":unsuccessful", job_key)
-      + redis.call("HDEL", parent_key .. ":failed", job_key)
+    found = redis.call("ZREM", job_part_key(parent_key, "unsuccessful"), job_key)
+      + redis.call("HDEL", job_part_key(parent_key, "failed"), job_key)
   end
   if found > 0 then
-    redis.call("SADD", parent_key .. ":dependencies", job_key)
+    redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)
   end
 end

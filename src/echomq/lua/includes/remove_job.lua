@@ -16,11 +16,6 @@ local function release_dedup_key(base, job_key, job_id)
   end
 end
 
--- The id of a scheduler's current iteration: "repeat:<schedulerId>:<next millis>".
-local function iteration_id(scheduler_id, score)
-  return "repeat:" .. scheduler_id .. ":" .. score_str(tonumber(score))
-end
-
 -- Set (table id -> true) of the current iteration ids of every member of `repeat`, and its size.
 local function scheduler_iterations(repeat_key)
   local kept = {}
@@ -66,7 +61,9 @@ local function detach_from_parent(base, job_key, hard)
     delete_job_keys(parent_key)
     return
   end
-  push_parent_to_wait(parent_base, parent_id)
+  -- ({}: this include's callers do not declare their own queue's keys yet, so every queue's
+  -- keys are derived)
+  push_parent_to_wait(queue_keys_for({}, parent_base), parent_id)
   if not hard then
     redis.call("XADD", parent_base .. "events", "*", "event", "waiting", "jobId", parent_id,
       "prev", "waiting-children")
