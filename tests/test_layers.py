@@ -141,6 +141,21 @@ def test_no_import_cycles_among_echomq_modules() -> None:
     assert cycles == [], f"modules importing each other (directly or through others): {cycles}"
 
 
+def test_protocol_depends_on_nothing_above_it() -> None:
+    # Transitively, through the graph. echomq.errors is the one exception: keys.py and
+    # fields.py raise its validation errors (and errors.py imports only protocol.codes).
+    graph = import_graph()
+    reached: set[str] = set()
+    todo = [name for name in graph if name.startswith("echomq.protocol")]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph[name])
+    above = {n for n in reached if not n.startswith("echomq.protocol")} - {"echomq.errors"}
+    assert above == set()
+
+
 def _import_alone(name: str) -> tuple[str, str]:
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", f"import {name}"],
@@ -155,3 +170,20 @@ def test_each_module_imports_first_in_a_fresh_interpreter() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         failed = {name: error for name, error in pool.map(_import_alone, MODULES) if error}
     assert failed == {}
+
+
+def test_no_module_imports_a_private_part_of_redis_py() -> None:
+    private: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                sources = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                sources = [node.module or ""]
+            else:
+                continue
+            for source in sources:
+                parts = source.split(".")
+                if parts[0] in ("redis", "hiredis") and any(p.startswith("_") for p in parts):
+                    private.setdefault(name, []).append(source)
+    assert private == {}, "only redis-py's and hiredis's public modules may be imported"

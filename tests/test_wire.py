@@ -1,4 +1,6 @@
-"""The pipelined Channel: replies matched in order, errors, cancellation, loss and reconnects."""
+"""The pipelined Channel: replies matched in order, errors, cancellation, loss and reconnects,
+and its own connection: the error table, the handshake (AUTH, names, SELECT), TLS elsewhere
+(tests/test_tls.py), unix sockets, timeouts and the settings it declines."""
 
 from __future__ import annotations
 
@@ -6,18 +8,31 @@ import asyncio
 import contextlib
 import gc
 import logging
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster
+from redis.credentials import UsernamePasswordCredentialProvider
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import echomq
-from echomq._wire import Channel, open_channel
+from echomq._wire import Channel, open_channel, parse_error
+from echomq.embedded import RedisServer, find_redis_server
 
 NAME = "echomq-wire-test"
 
@@ -248,3 +263,126 @@ async def test_keep_open_reopens_a_lost_connection_without_a_call(
         await client.aclose()
     await asyncio.sleep(0.05)
     assert await channel_clients(redis) == []  # closed for good: nothing reopens it
+
+
+# -- the Channel's own connection: error table, handshake, settings --------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "message"),
+    [
+        ("NOSCRIPT No matching script.", NoScriptError, "No matching script."),
+        ("OOM command not allowed", OutOfMemoryError, "command not allowed"),
+        ("LOADING Redis is loading", BusyLoadingError, "Redis is loading"),
+        ("READONLY You can't write", ReadOnlyError, "You can't write"),
+        ("WRONGPASS invalid username", AuthenticationError, "invalid username"),
+        ("NOPERM no permissions", NoPermissionError, "no permissions"),
+        ("ERR invalid password", AuthenticationError, "invalid password"),
+        ("ERR max number of clients reached", RedisConnectionError, "max number of clients"),
+        ("ERR unknown command 'X'", ResponseError, "unknown command 'X'"),
+        # Unknown first words stay in the message: the worker classifies BUSY/MISCONF by it.
+        ("BUSY Redis is busy running a script", ResponseError, "BUSY Redis is busy"),
+        ("MISCONF no disk", ResponseError, "MISCONF no disk"),
+        ("WRONGTYPE Operation against a key", ResponseError, "WRONGTYPE Operation"),
+    ],
+)
+def test_error_replies_map_to_the_classes_redis_py_raises(
+    reply: str, kind: type[Exception], message: str
+) -> None:
+    error = parse_error(reply)
+    assert type(error) is kind
+    assert str(error).startswith(message)
+
+
+async def test_error_classes_match_redis_py_own_path(redis: AsyncRedis) -> None:
+    channel = channel_of(redis)
+    try:
+        for command in [("EVALSHA", "0" * 40, 0), ("GET",), ("NOSUCHCOMMAND",)]:
+            with pytest.raises(ResponseError) as ours:
+                await channel.call(command)
+            with pytest.raises(ResponseError) as theirs:
+                await redis.execute_command(*command)
+            assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
+    finally:
+        await channel.aclose()
+
+
+@pytest_asyncio.fixture
+async def acl_user(redis: AsyncRedis) -> AsyncIterator[tuple[str, str]]:
+    user, password = f"echomq-{uuid.uuid4().hex[:8]}", "s3cret"
+    await redis.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=["*"], commands=["+@all"]
+    )
+    try:
+        yield user, password
+    finally:
+        await redis.acl_deluser(user)
+
+
+async def test_the_handshake_authenticates_names_and_selects(
+    redis_url: str, acl_user: tuple[str, str], queue_name: str
+) -> None:
+    user, password = acl_user
+    base = redis_url.rsplit("/", 1)[0].replace("redis://", f"redis://{user}:{password}@")
+    async with own_channel(base + "/2", client_name=NAME) as channel:
+        assert await channel.call(("ACL", "WHOAMI")) == user.encode()
+        assert await channel.call(("CLIENT", "GETNAME")) == NAME.encode()
+        info = await channel.call(("CLIENT", "INFO"))
+        assert b" db=2 " in info
+
+    provider = UsernamePasswordCredentialProvider(user, password)
+    client = AsyncRedis.from_url(redis_url, credential_provider=provider)
+    channel = channel_of(client)
+    try:
+        assert await channel.call(("ACL", "WHOAMI")) == user.encode()
+    finally:
+        await channel.aclose()
+        await client.aclose()
+
+    async with own_channel(base.replace(password, "wrong") + "/0") as channel:
+        with pytest.raises(AuthenticationError):
+            await channel.call(("PING",))
+
+
+async def test_a_unix_socket_server(tmp_path_factory: pytest.TempPathFactory) -> None:
+    data = tmp_path_factory.mktemp("wire-unix")
+    server = RedisServer(executable=find_redis_server(), unix_socket=data / "r.sock", data_dir=data)
+    server.start()
+    try:
+        async with own_channel(server.url, decode_responses=True, client_name=NAME) as channel:
+            assert await channel.call(("SET", "k", "v")) == "OK"
+            assert await channel.call(("GET", "k")) == "v"
+            assert await channel.call(("CLIENT", "GETNAME")) == NAME
+    finally:
+        server.stop()
+
+
+async def test_default_and_url_clients_get_a_channel_and_unknown_settings_decline(
+    redis_url: str,
+) -> None:
+    made = [AsyncRedis(), AsyncRedis.from_url(redis_url), AsyncRedis.from_url(redis_url + "?a=b")]
+    unknown = AsyncRedis.from_url(redis_url)
+    unknown.connection_pool.connection_kwargs["some_future_setting"] = True
+    try:
+        # Every redis-py in the supported range: a new setting must not silently cost the
+        # pipelined path (nor be ignored by it).
+        assert all(open_channel(client) is not None for client in made[:2])
+        assert open_channel(unknown) is None
+    finally:
+        for client in [*made, unknown]:
+            await client.aclose()
+
+
+async def test_socket_connect_timeout_bounds_a_connect_to_a_silent_host() -> None:
+    with socket.socket() as silent:  # accepts (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        client = AsyncRedis(port=port, socket_connect_timeout=0.3, socket_timeout=0.3)
+        channel = channel_of(client)
+        try:
+            with pytest.raises(RedisTimeoutError):
+                await asyncio.wait_for(channel.call(("PING",)), 5)
+        finally:
+            await channel.aclose()
+            await client.aclose()

@@ -453,6 +453,15 @@ async def _open(s: _Settings, wire: _Wire) -> None:
         raise rx.ConnectionError(f"Redis refused {step[0]} {step[1]} on connect: {reply}")
 
 
+def _expire(wire: _Wire, waiter: asyncio.Future[Any], timeout: float) -> None:
+    """A call's ``socket_timeout`` passed: fail it, and the connection (a reply still on its
+    way would be taken for the next call's)."""
+    if waiter.done():
+        return
+    waiter.set_exception(rx.TimeoutError(f"no reply from Redis within socket_timeout={timeout}s"))
+    wire.fail(rx.TimeoutError("Timeout reading from Redis"))
+
+
 def _close_wire(holder: list[_Wire | None]) -> None:
     wire = holder[0]
     if wire is not None:
@@ -494,13 +503,12 @@ class Channel:
         waiter = wire.send(command)
         if self._timeout is None:
             return await waiter
+        # A timer on the waiter itself: asyncio.wait_for would cost a loop iteration per call.
+        timer = loop.call_later(self._timeout, _expire, wire, waiter, self._timeout)
         try:
-            return await asyncio.wait_for(waiter, self._timeout)
-        except asyncio.TimeoutError:
-            wire.fail(rx.TimeoutError("Timeout reading from Redis"))
-            raise rx.TimeoutError(
-                f"no reply from Redis within socket_timeout={self._timeout}s"
-            ) from None
+            return await waiter
+        finally:
+            timer.cancel()
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Wire:
         if self._lock is None or self._lock_loop is not loop:  # a Lock serves one event loop
