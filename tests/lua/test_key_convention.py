@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from redis import Redis
 
-from echomq import scripts
+from echomq import JobOptions, ops, scripts
+from echomq.ops import worker as wops
 from echomq.protocol.keys import RESERVED_SUFFIXES, SCRIPT_KEY_LAYOUTS, queue_keys
 
 NAMES = scripts.all_script_names()
@@ -116,3 +118,34 @@ def test_layout_is_built_once_per_queue(name: str) -> None:
     keys = queue_keys("q", "{p}")
     assert keys.script_keys[name] is keys.script_keys[name]
     assert isinstance(keys.script_keys[name], tuple)
+
+
+@pytest.mark.parametrize("same_queue", [True, False])
+def test_a_child_releases_its_parent_in_its_own_or_another_queue(
+    redis_url: str, queue_name: str, same_queue: bool
+) -> None:
+    # The parent's queue keys are the declared ones when it shares the child's queue, else
+    # derived by queue_keys_for from the parent reference.
+    parent_keys = queue_keys(queue_name)
+    child_keys = parent_keys if same_queue else queue_keys(queue_name + "-children")
+    client = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        parent = ops.add_job(parent_keys, ops.prepare_job("p", {}, JobOptions())).run_sync(client)
+        client.lrem(parent_keys.wait, 0, parent)
+        client.zadd(parent_keys.waiting_children, {parent: 1})
+        job = ops.prepare_job("c", {}, JobOptions())
+        child = ops.add_job(child_keys, job, (parent_keys, parent)).run_sync(client)
+        params = wops.FetchParams("t:", 30_000)
+        got = wops.finish_and_fetch(child_keys, [], 1, 1, params, ops.now_ms()).run_sync(client)
+        assert [j.id for j in got.jobs] == [child]
+        done = wops.finish_item(wops.COMPLETE, child, "t:1", '"ok"')
+        reply = wops.finish_and_fetch(child_keys, [done], 0, 2, params, ops.now_ms())
+        assert reply.run_sync(client).codes == [0]
+        assert client.lrange(parent_keys.wait, 0, -1) == [parent]
+        assert client.zcard(parent_keys.waiting_children) == 0
+        processed = client.hgetall(parent_keys.job(parent) + ":processed")
+        assert processed == {child_keys.job(child): '"ok"'}
+        events = [e[1] for e in client.xrange(parent_keys.events)]
+        assert {"event": "waiting", "jobId": parent, "prev": "waiting-children"} in events
+    finally:
+        client.close()

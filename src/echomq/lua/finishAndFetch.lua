@@ -72,10 +72,6 @@ local k = {
   limiter = KEYS[11], id = KEYS[12], waiting_children = KEYS[13], completed = KEYS[14],
   failed = KEYS[15],
 }
-local metrics = {
-  [true] = {KEYS[16], KEYS[17]}, -- completed: the hash and its :data list
-  [false] = {KEYS[18], KEYS[19]},
-}
 local items = cjson.decode(ARGV[2])
 local max_metrics = tonumber(ARGV[10])
 local resend = ARGV[11] == "1"
@@ -257,7 +253,11 @@ local function finish(item, job_id, job_key, completed, max_len)
     end
   end
   if max_metrics then
-    collect_metrics(metrics[completed][1], metrics[completed][2])
+    if completed then
+      collect_metrics(KEYS[16], KEYS[17])
+    else
+      collect_metrics(KEYS[18], KEYS[19])
+    end
   end
 end
 

@@ -52,29 +52,21 @@ local function queue_prefix(queue_key)
   return queue_key .. ":"
 end
 
-local queue_key_suffixes = {
-  wait = "wait", paused = "paused", active = "active", prioritized = "prioritized", pc = "pc",
-  delayed = "delayed", completed = "completed", failed = "failed",
-  waiting_children = "waiting-children", meta = "meta", events = "events", marker = "marker",
-}
-local other_queues = {}
-
 -- The keys of the queue whose prefix is `prefix`, as a table shaped like `q`: `q` itself when
 -- it is the script's own queue (declared keys), else derived (a flow across queues, whose
--- queues must share a hash tag on Redis Cluster).
+-- queues must share a hash tag on Redis Cluster). Built only when called: the hot paths never
+-- pay for it.
 local function queue_keys_for(q, prefix)
   if prefix == q.prefix then
     return q
   end
-  local keys = other_queues[prefix]
-  if not keys then
-    keys = {prefix = prefix}
-    for field, suffix in pairs(queue_key_suffixes) do
-      keys[field] = prefix .. suffix
-    end
-    other_queues[prefix] = keys
-  end
-  return keys
+  return {
+    prefix = prefix, wait = prefix .. "wait", paused = prefix .. "paused",
+    active = prefix .. "active", prioritized = prefix .. "prioritized", pc = prefix .. "pc",
+    delayed = prefix .. "delayed", completed = prefix .. "completed",
+    failed = prefix .. "failed", waiting_children = prefix .. "waiting-children",
+    meta = prefix .. "meta", events = prefix .. "events", marker = prefix .. "marker",
+  }
 end
 
 -- Deleting a job's own keys (docs/protocol/keys.md#delete-job-keys): the hash and its :logs,
