@@ -12,9 +12,7 @@ import time
 
 import pytest
 from faultkit.lab import Lab, Run, verdict
-from faultkit.scale import pick
-
-LONG = pick(120, 900)
+from faultkit.scale import TEST_TIMEOUT, pick
 
 #: id -> (data, opts) of the corrupt jobs; each must end in ``failed`` without running.
 CORRUPT: dict[str, tuple[bytes, bytes]] = {
@@ -91,7 +89,7 @@ async def corrupt_jobs(lab: Lab, impl: str) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_corrupt_jobs(lab: Lab, baseline: bool) -> None:
     node = await corrupt_jobs(lab, "node") if baseline else None
     echo = await corrupt_jobs(lab, "echomq")

@@ -15,13 +15,10 @@ import pytest
 from faultkit.audit import stream
 from faultkit.lab import Lab, Run, now_ms, verdict
 from faultkit.proxy import Predicate, flatten
-from faultkit.scale import pick
+from faultkit.scale import TEST_TIMEOUT, pick
 from faultkit.workers import WorkerProc
 
 from echomq import QueueEvents
-
-LONG = pick(120, 900)
-
 
 # -- 8. Replies lost after the command was applied -------------------------------------------
 
@@ -76,7 +73,7 @@ async def lost_replies(lab: Lab, impl: str) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_lost_replies(lab: Lab, baseline: bool) -> None:
     node = await lost_replies(lab, "node") if baseline else None
     echo = await lost_replies(lab, "echomq")
@@ -214,7 +211,7 @@ async def client_kill(lab: Lab, impl: str) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_client_kill(lab: Lab, baseline: bool) -> None:
     node = await client_kill(lab, "node") if baseline else None
     echo = await client_kill(lab, "echomq")
@@ -298,6 +295,6 @@ async def events_cut(lab: Lab) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_events_reader_resumes(lab: Lab) -> None:
     verdict(await events_cut(lab))

@@ -18,9 +18,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio
 from faultkit.lab import Lab, Run, now_ms, verdict
-from faultkit.scale import pick
+from faultkit.scale import TEST_TIMEOUT, pick
 
-LONG = pick(120, 900)
 LOCK, STALLED, JOB_MS = 4.0, 1.0, 300
 
 Inject = Callable[[Run], Awaitable[float]]
@@ -92,7 +91,7 @@ async def redis_kill9(lab: Lab, impl: str) -> Run:
     )
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_redis_kill9_with_aof(lab: Lab, baseline: bool) -> None:
     node = await redis_kill9(lab, "node") if baseline else None
     echo = await redis_kill9(lab, "echomq")
@@ -122,7 +121,7 @@ async def redis_sigstop(lab: Lab, impl: str) -> Run:
     )
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_redis_sigstop(lab: Lab, baseline: bool) -> None:
     node = await redis_sigstop(lab, "node") if baseline else None
     echo = await redis_sigstop(lab, "echomq")
@@ -168,7 +167,7 @@ async def redis_busy(lab: Lab, impl: str) -> Run:
 
 
 @pytest.mark.faults_baseline
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_redis_busy_script(lab: Lab, baseline: bool) -> None:
     node = await redis_busy(lab, "node") if baseline else None
     echo = await redis_busy(lab, "echomq")
@@ -214,7 +213,7 @@ async def redis_oom(lab: Lab, impl: str) -> Run:
     )
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_redis_oom(lab: Lab, baseline: bool) -> None:
     node = await redis_oom(lab, "node") if baseline else None
     echo = await redis_oom(lab, "echomq")

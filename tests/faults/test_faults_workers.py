@@ -11,10 +11,7 @@ import time
 
 import pytest
 from faultkit.lab import Lab, Run, now_ms, verdict
-from faultkit.scale import pick
-
-LONG = pick(120, 900)
-
+from faultkit.scale import TEST_TIMEOUT, pick
 
 # -- 1. SIGKILL storm ------------------------------------------------------------------------
 
@@ -61,7 +58,7 @@ async def sigkill_storm(lab: Lab, impl: str) -> Run:
 
 
 @pytest.mark.faults_baseline
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_sigkill_storm(lab: Lab, baseline: bool) -> None:
     node = await sigkill_storm(lab, "node") if baseline else None
     echo = await sigkill_storm(lab, "echomq")
@@ -115,7 +112,7 @@ async def graceful_sigterm(lab: Lab, impl: str) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_graceful_sigterm_runs_no_job_twice(lab: Lab, baseline: bool) -> None:
     node = await graceful_sigterm(lab, "node") if baseline else None
     echo = await graceful_sigterm(lab, "echomq")
@@ -170,7 +167,7 @@ async def forced_grace_end(lab: Lab) -> Run:
     return run
 
 
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_forced_end_of_grace_puts_jobs_back_at_once(lab: Lab) -> None:
     verdict(await forced_grace_end(lab))
 
@@ -221,7 +218,7 @@ async def poison(lab: Lab, impl: str) -> Run:
 
 
 @pytest.mark.faults_baseline
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_poison_job(lab: Lab, baseline: bool) -> None:
     node = await poison(lab, "node") if baseline else None
     echo = await poison(lab, "echomq")
@@ -272,7 +269,7 @@ async def stall_storm(lab: Lab, impl: str) -> Run:
 
 
 @pytest.mark.faults_baseline
-@pytest.mark.timeout(LONG)
+@pytest.mark.timeout(TEST_TIMEOUT)
 async def test_stall_storm(lab: Lab, baseline: bool) -> None:
     node = await stall_storm(lab, "node") if baseline else None
     echo = await stall_storm(lab, "echomq")

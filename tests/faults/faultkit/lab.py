@@ -38,10 +38,13 @@ from .ledger import Ledger
 from .producer import Producer
 from .proxy import FaultProxy
 from .results import Row
+from .scale import pick
 from .servers import FaultServer
 from .workers import WorkerConfig, WorkerGroup, WorkerProc
 
 COMPLETED = ("completed",)
+#: Seconds all the waits of one run may take together (a healthy run needs a fraction).
+RUN_BUDGET = pick(45.0, 240.0)
 #: What polling the server under test may meet while a fault is on.
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, ResponseError)
 
@@ -81,6 +84,9 @@ class Run:
         self.audit: Audit | None = None
         self._allowed: Counter[str] = Counter()
         self._t0 = time.monotonic()
+        # Every wait of the run shares this budget, so a run where nothing works fails in
+        # about that long instead of waiting out each deadline in turn.
+        self._deadline = self._t0 + RUN_BUDGET
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -96,7 +102,7 @@ class Run:
         self, predicate: Callable[[], Awaitable[Any] | Any], timeout: float, what: str
     ) -> Any:
         """Poll ``predicate`` until truthy; on timeout note a problem and return None."""
-        deadline = time.monotonic() + timeout
+        deadline = min(time.monotonic() + timeout, self._deadline)
         error: Exception | None = None
         while True:
             try:
@@ -111,7 +117,10 @@ class Run:
                 return result
             if time.monotonic() > deadline:
                 last = f" (last error: {error!r})" if error else ""
-                self.problems.append(f"timed out after {timeout:.0f}s waiting for {what}{last}")
+                spent = " (the run's time budget is spent)" if deadline >= self._deadline else ""
+                self.problems.append(
+                    f"timed out after {timeout:.0f}s waiting for {what}{last}{spent}"
+                )
                 return None
             await asyncio.sleep(0.02)
 

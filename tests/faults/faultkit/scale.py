@@ -29,3 +29,7 @@ def pick(ci: T, full: T) -> T:
 
 def is_full() -> bool:
     return scale() == "full"
+
+
+#: pytest timeout of a scenario test: two runs (Node, echomq), each within its time budget.
+TEST_TIMEOUT = pick(150, 900)
