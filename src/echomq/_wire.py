@@ -59,6 +59,7 @@ from ._fail_fast import FAIL_FAST_KEYS, connect_within, fail_fast_budget
 logger = logging.getLogger("echomq.connection")
 
 _NOT_ENOUGH = object()
+_pack = hiredis.pack_command
 
 #: Error replies by their first word, as redis-py maps them; a dict maps the rest of an
 #: ``ERR`` message. A known word is removed from the message (as redis-py does), an unknown
@@ -282,6 +283,12 @@ class _Wire(asyncio.Protocol):
     ) -> None:
         self._on_lost = on_lost  # told when the server or the network closed the connection
         self.waiters: collections.deque[asyncio.Future[Any]] = collections.deque()
+        # When each call left, while a timeout is set (none of the handshake's is then pending).
+        self.sent: collections.deque[float] = collections.deque()
+        # socket_timeout, once the handshake is done: one watchdog timer looks at the oldest
+        # call (replies come in order), rather than a timer per call.
+        self.timeout: float | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         options: dict[str, Any] = {
             "protocolError": rx.InvalidResponse,
             "replyError": parse_error,
@@ -302,7 +309,7 @@ class _Wire(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         reader = self._reader
         reader.feed(data)
-        waiters = self.waiters
+        waiters, sent = self.waiters, self.sent
         while True:
             try:
                 reply = reader.gets()
@@ -315,6 +322,8 @@ class _Wire(asyncio.Protocol):
                 self.fail(rx.ConnectionError("Redis sent a reply nobody asked for"))
                 return
             waiter = waiters.popleft()
+            if sent:
+                sent.popleft()
             if waiter.done():  # the caller was cancelled or timed out: skip its reply
                 continue
             if isinstance(reply, rx.RedisError):
@@ -339,9 +348,35 @@ class _Wire(asyncio.Protocol):
     def send(self, command: tuple[Any, ...]) -> asyncio.Future[Any]:
         """Write ``command``; the future gets its reply."""
         waiter: asyncio.Future[Any] = self.loop.create_future()
-        self.transport.write(hiredis.pack_command(command))
+        self.transport.write(_pack(command))
         self.waiters.append(waiter)
+        if self.timeout is not None:
+            self.sent_now()
         return waiter
+
+    def sent_now(self) -> None:
+        """Note a call just written, for the watchdog."""
+        now = self.loop.time()
+        self.sent.append(now)
+        if self._watchdog is None and self.timeout is not None:
+            self._watchdog = self.loop.call_at(now + self.timeout, self._watch)
+
+    def _watch(self) -> None:
+        """Fail the oldest call if it has waited ``timeout``, else look again when it will
+        have (the connection fails with it: a late reply would be taken for the next call's)."""
+        self._watchdog = None
+        if not self.waiters or self.timeout is None or self.lost:
+            return
+        due = self.sent[0] + self.timeout
+        if self.loop.time() < due:
+            self._watchdog = self.loop.call_at(due, self._watch)
+            return
+        oldest = self.waiters[0]
+        if not oldest.done():
+            oldest.set_exception(
+                rx.TimeoutError(f"no reply from Redis within socket_timeout={self.timeout}s")
+            )
+        self.fail(rx.TimeoutError("Timeout reading from Redis"))
 
     def fail(self, error: Exception) -> None:
         """Fail every pending call and close the transport."""
@@ -350,6 +385,10 @@ class _Wire(asyncio.Protocol):
 
     def _drop(self, error: Exception) -> None:
         self.lost = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self.sent.clear()
         while self.waiters:
             waiter = self.waiters.popleft()
             if not waiter.done():
@@ -453,15 +492,6 @@ async def _open(s: _Settings, wire: _Wire) -> None:
         raise rx.ConnectionError(f"Redis refused {step[0]} {step[1]} on connect: {reply}")
 
 
-def _expire(wire: _Wire, waiter: asyncio.Future[Any], timeout: float) -> None:
-    """A call's ``socket_timeout`` passed: fail it, and the connection (a reply still on its
-    way would be taken for the next call's)."""
-    if waiter.done():
-        return
-    waiter.set_exception(rx.TimeoutError(f"no reply from Redis within socket_timeout={timeout}s"))
-    wire.fail(rx.TimeoutError("Timeout reading from Redis"))
-
-
 def _close_wire(holder: list[_Wire | None]) -> None:
     wire = holder[0]
     if wire is not None:
@@ -478,7 +508,7 @@ class Channel:
 
     __slots__ = (
         *("__weakref__", "_settings", "_holder", "_lock", "_lock_loop"),
-        *("_timeout", "_keep_open", "_reopening", "_closed"),
+        *("_keep_open", "_reopening", "_closed"),
     )
 
     def __init__(self, settings: _Settings, *, keep_open: bool = False) -> None:
@@ -488,7 +518,6 @@ class Channel:
         self._keep_open = keep_open
         self._reopening: asyncio.Task[None] | None = None
         self._closed = False
-        self._timeout = settings.timeout
         self._holder: list[_Wire | None] = [None]
         self._lock: asyncio.Lock | None = None  # made on first use, for that event loop
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -500,15 +529,13 @@ class Channel:
         wire = self._holder[0]
         if wire is None or wire.lost or wire.loop is not loop:
             wire = await self._connect(loop)
-        waiter = wire.send(command)
-        if self._timeout is None:
-            return await waiter
-        # A timer on the waiter itself: asyncio.wait_for would cost a loop iteration per call.
-        timer = loop.call_later(self._timeout, _expire, wire, waiter, self._timeout)
-        try:
-            return await waiter
-        finally:
-            timer.cancel()
+        # wire.send, inlined: this is the hot path of every add and every finished job.
+        waiter = loop.create_future()
+        wire.transport.write(_pack(command))
+        wire.waiters.append(waiter)
+        if wire.timeout is not None:
+            wire.sent_now()
+        return await waiter
 
     async def _connect(self, loop: asyncio.AbstractEventLoop) -> _Wire:
         if self._lock is None or self._lock_loop is not loop:  # a Lock serves one event loop
@@ -537,6 +564,7 @@ class Channel:
             if wire.lost:  # closed during the handshake's last read
                 raise rx.ConnectionError("connection to Redis closed while opening")
             wire.ready = True
+            wire.timeout = s.timeout
             self._holder[0] = wire
             return wire
 
