@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+import redis.exceptions as redis_errors
 
 import echomq
-from echomq import ops
+from echomq import ops, scripts
 from echomq.errors import (
     ActiveJobsError,
     JobBelongsToSchedulerError,
@@ -472,7 +473,7 @@ async def test_drain_keeps_order_of_kept_ids_among_many(redis_decoded: R, keys: 
     await runner.run(ops.drain_plan(keys, budget=7))
     # Every other id is gone; the kept ones keep their relative order (head first).
     assert await r.lrange(keys.wait, 0, -1) == [kept[1], kept[0], kept[2]]
-    assert [op.args[2] for op in runner.ops] == [7] * len(runner.ops)
+    assert [op.args[1] for op in runner.ops] == [7] * len(runner.ops)
     assert len(runner.ops) == 30 // 7 + 1
 
 
@@ -494,7 +495,7 @@ async def test_drain_in_bounded_batches(redis_decoded: R, keys: QueueKeys) -> No
     except StopIteration:
         pass
     assert sizes == [1000, 1000, 600]
-    assert all(op.args[2] == ops.admin.BATCH == 1000 for op in runner.ops)
+    assert all(op.args[1] == ops.admin.BATCH == 1000 for op in runner.ops)
     assert not await r.exists(keys.wait, keys.prioritized)
     assert not [k async for k in r.scan_iter(keys.base + "[0-9]*")]
 
@@ -587,7 +588,7 @@ async def test_clean_in_bounded_batches(redis_decoded: R, keys: QueueKeys) -> No
     removed = await runner.run(ops.clean_plan(keys, 60, 0, "completed"))
 
     assert sorted(removed) == sorted(ids)
-    assert [op.args[2] for op in runner.ops] == [1000, 1000, 1000]
+    assert [op.args[1] for op in runner.ops] == [1000, 1000, 1000]
     assert [e["count"] for e in await events(r, keys) if e["event"] == "cleaned"] == [
         "1000",
         "1000",
@@ -602,7 +603,7 @@ async def test_clean_limit_spans_batches(redis_decoded: R, keys: QueueKeys) -> N
     runner = CountingRunner(r)
     removed = await runner.run(ops.clean_plan(keys, 0, 1500, "wait"))
     assert len(removed) == 1500
-    assert [op.args[2] for op in runner.ops] == [1000, 500]
+    assert [op.args[1] for op in runner.ops] == [1000, 500]
     assert await r.llen(keys.wait) == 1000
 
 
@@ -616,7 +617,7 @@ async def test_clean_scans_past_recent_jobs(redis_decoded: R, keys: QueueKeys) -
     removed = await runner.run(ops.clean_plan(keys, 3600, 0, "wait"))
     assert sorted(removed) == sorted(old)
     assert await r.llen(keys.wait) == 1200
-    assert all(op.args[2] == 1000 for op in runner.ops)
+    assert all(op.args[1] == 1000 for op in runner.ops)
 
 
 @pytest.mark.parametrize(
@@ -713,9 +714,9 @@ async def test_obliterate_in_bounded_batches(redis_decoded: R, keys: QueueKeys) 
     except StopIteration:
         pass
     assert left == [1500, 500, 0]
-    assert [op.args[1] for op in runner.ops] == [1000, 1000, 1000]
+    assert [op.args[0] for op in runner.ops] == [1000, 1000, 1000]
     # Only the first call may pause the queue.
-    assert [op.args[3] for op in runner.ops] == ["1", "0", "0"]
+    assert [op.args[2] for op in runner.ops] == ["1", "0", "0"]
     assert await queue_key_names(r, keys) == set()
 
 
@@ -787,7 +788,7 @@ async def test_retry_completed_up_to_timestamp_in_batches(
     runner = CountingRunner(r)
     # Finished at or before 1 003 000 ms: the first four.
     await runner.run(ops.retry_jobs_plan(keys, "completed", 2, 1003.0))
-    assert [op.args[1] for op in runner.ops] == [2, 2, 2]
+    assert [op.args[0] for op in runner.ops] == [2, 2, 2]
     assert await r.zrange(keys.completed, 0, -1) == ids[4:]
     assert sorted(await r.lrange(keys.wait, 0, -1)) == sorted(ids[:4])
     assert await r.hget(keys.job(ids[0]), "returnvalue") is None
@@ -838,6 +839,33 @@ async def test_retry_jobs_validates_before_writing(
     with pytest.raises(ValidationError):
         await retry_jobs(keys.name, connection=redis, **kwargs)
     assert await queue_snapshot(redis, keys) == before
+
+
+# -- scripts that pick their state key from ARGV -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [("cleanJobsInSet", [0, 10, "meta", 0]), ("moveJobsToWait", [10, "+inf", "wait"])],
+)
+async def test_state_picked_from_argv_must_be_declared(
+    redis: R, keys: QueueKeys, script: str, args: list[Any]
+) -> None:
+    # The script declares every state it may work on and refuses any other name, writing
+    # nothing (the ops refuse it before sending; this is the script's own guard).
+    await add_waiting(redis, keys, 2)
+    before = await queue_snapshot(redis, keys)
+    op = ops.ScriptOp(scripts.get(script), keys.script_keys[script], args, lambda r: r)
+    with pytest.raises(redis_errors.ResponseError, match="unknown state"):
+        await op.run(redis)
+    assert await queue_snapshot(redis, keys) == before
+
+
+def test_ops_refuse_a_state_their_script_does_not_declare(keys: QueueKeys) -> None:
+    with pytest.raises(ValidationError, match="state"):
+        ops.clean_batch(keys, cutoff_ms=0, batch=1, state="waiting")  # a name, not a suffix
+    with pytest.raises(ValidationError, match="state"):
+        ops.move_jobs_to_wait(keys, state="wait", count=1, max_score="+inf")
 
 
 # -- sync driver and URL connections -------------------------------------------------------

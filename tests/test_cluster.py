@@ -182,6 +182,66 @@ async def test_declared_key_scripts_on_a_cluster(
     assert await cluster.smembers(keys.job(parent) + ":dependencies") == set()
 
 
+async def _waiting_parent(cluster: RedisCluster, keys: QueueKeys) -> str:
+    """A parent job in ``waiting-children``, as addParentJob leaves one."""
+    parent = await ops.add_job(keys, ops.prepare_job("p", {}, JobOptions())).run(cluster)  # type: ignore[arg-type]
+    await cluster.lrem(keys.wait, 0, parent)
+    await cluster.zadd(keys.waiting_children, {parent: 1})
+    return parent
+
+
+@pytest.mark.parametrize(("prefix", "make_name"), LAYOUTS)
+async def test_recovery_and_admin_scripts_on_a_cluster(
+    cluster: RedisCluster, prefix: str, make_name: Any
+) -> None:
+    # The worker's recovery scripts and the admin scripts, each touching job keys built from
+    # the declared prefix and, for a flow across two queues sharing the hash tag, the other
+    # queue's keys derived from a job reference.
+    name = make_name()
+    keys = queue_keys(name, prefix)
+    other = queue_keys(name + "-children", prefix)
+    job = ops.prepare_job("n", {}, JobOptions())
+    params = wops.FetchParams("tok:", 30_000)
+
+    parent = await _waiting_parent(cluster, keys)
+    far = await ops.add_job(other, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
+    near = await ops.add_job(keys, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
+    got = await wops.finish_and_fetch(other, [], 1, 1, params, ops.now_ms()).run(cluster)  # type: ignore[arg-type]
+    assert [j.id for j in got.jobs] == [far]
+    handed_back = wops.move_job_from_active_to_wait(other, far, "tok:1")
+    assert await handed_back.run(cluster) == 0  # type: ignore[arg-type]
+    got = await wops.finish_and_fetch(other, [], 1, 2, params, ops.now_ms()).run(cluster)  # type: ignore[arg-type]
+    assert [j.id for j in got.jobs] == [far]
+    stalled = wops.move_stalled_jobs_to_wait(other, 1, 30_000, ops.now_ms())
+    assert (await stalled.run(cluster)).recovered == []  # type: ignore[arg-type]
+    await cluster.delete(other.lock(far), other.stalled_check)  # the lock expired
+    assert (await stalled.run(cluster)).recovered == [far]  # type: ignore[arg-type]
+
+    assert await ops.remove_job(keys, parent).run(cluster) is True  # type: ignore[arg-type]
+    for k in (keys.job(parent), keys.job(near), other.job(far)):
+        assert not await cluster.exists(k)
+    assert (await cluster.xrevrange(other.events, count=1))[0][1]["event"] == "removed"
+
+    # Hard removal of a child releases its parent in the other queue.
+    parent = await _waiting_parent(cluster, keys)
+    await ops.add_job(other, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
+    assert await ops.drain_batch(other, delayed=False).run(cluster) is False  # type: ignore[arg-type]
+    assert await cluster.lrange(keys.wait, 0, -1) == [parent]
+
+    done = await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
+    await cluster.lrem(keys.wait, 0, done)
+    await cluster.zadd(keys.completed, {done: 1})  # simulates a worker
+    retry = ops.move_jobs_to_wait(keys, state="completed", count=10, max_score="+inf")
+    assert await retry.run(cluster) is False  # type: ignore[arg-type]
+    assert await cluster.lrange(keys.wait, 0, -1) == [done, parent]
+    cleaned = ops.clean_batch(keys, cutoff_ms=ops.now_ms() + 1000, batch=10, state="wait")
+    assert sorted((await cleaned.run(cluster)).removed) == sorted([done, parent])  # type: ignore[arg-type]
+
+    await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
+    assert await ops.obliterate_batch(keys, force=True).run(cluster) is False  # type: ignore[arg-type]
+    assert not await cluster.exists(keys.meta, keys.wait, keys.events)
+
+
 async def _completed(q: Queue) -> int:
     counts = await q.get_job_counts("completed")
     return counts["completed"] if counts["completed"] == 2 else 0

@@ -22,20 +22,6 @@ from echomq.protocol.keys import RESERVED_SUFFIXES, SCRIPT_KEY_LAYOUTS, queue_ke
 NAMES = scripts.all_script_names()
 HELPER = scripts._read("includes/job_keys.lua").rstrip("\n")
 
-#: Scripts still taking their prefix in ARGV and building queue keys from it; they are
-#: outside this change and listed here so the check covers every other script.
-NOT_CONVERTED = frozenset(
-    {
-        "cleanJobsInSet",
-        "drain",
-        "moveJobFromActiveToWait",
-        "moveJobsToWait",
-        "moveStalledJobsToWait",
-        "obliterate",
-        "removeJob",
-    }
-)
-
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'")
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
 # `.. "<literal>"` whose literal names a queue key, a job part (":lock"), or a per-id key family
@@ -67,7 +53,7 @@ def key_building(code: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in NOT_CONVERTED])
+@pytest.mark.parametrize("name", NAMES)
 def test_script_builds_no_key_outside_the_helper(name: str) -> None:
     assert key_building(_code(name)) == []
 
@@ -92,8 +78,6 @@ def test_the_helper_is_the_only_place_keys_are_built() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_no_prefix_key_in_argv(name: str) -> None:
-    if name in NOT_CONVERTED:
-        pytest.skip("outside this change")
     header = scripts._header(scripts._read(f"{name}.lua"))
     assert not re.search(r"^\s*ARGV\[[^]]*\][^\n]*(?:base key|\"P:Q:\")", header, re.MULTILINE)
 
@@ -111,6 +95,12 @@ def test_declared_layout_matches_the_header(name: str) -> None:
     names = _header_keys(name)
     assert names[0] == "prefix" and declared[0] == keys.base
     assert [k.removeprefix(keys.base) for k in declared[1:]] == names[1:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_script_taking_the_prefix_key_has_a_declared_layout(name: str) -> None:
+    # KEYS[1] "prefix" <=> the script's KEYS come from QueueKeys.script_keys.
+    assert (_header_keys(name)[:1] == ["prefix"]) == (name in SCRIPT_KEY_LAYOUTS)
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPT_KEY_LAYOUTS))

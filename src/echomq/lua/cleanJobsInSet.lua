@@ -2,17 +2,26 @@
   cleanJobsInSet: hard-remove the jobs of one state older than a cutoff, one bounded batch per
   call (docs/protocol/scripts.md#script-cleanJobsInSet).
 
-  KEYS[1] the state key "P:Q:<state>"
-  KEYS[2] events
-  KEYS[3] repeat
+  KEYS[1]  prefix "P:Q:": job keys and dedup keys are built from it (includes/job_keys.lua);
+           a parent in another queue has its keys derived from its job reference
+  KEYS[2]  events
+  KEYS[3]  repeat
+  KEYS[4]  waiting-children (a parent in this queue released by a removed child leaves it)
+  KEYS[5]  completed
+  KEYS[6]  failed
+  KEYS[7]  wait
+  KEYS[8]  paused
+  KEYS[9]  active
+  KEYS[10] delayed
+  KEYS[11] prioritized
+  Of KEYS[5..11] only the state named by ARGV[3] is read.
 
-  ARGV[1] base key "P:Q:"
-  ARGV[2] cutoff (ms): a job is old enough when its reference time is <= cutoff
-  ARGV[3] batch: the most entries inspected (and so removed) by this call (> 0)
-  ARGV[4] state: completed, failed, wait, paused, active, delayed or prioritized
-  ARGV[5] skip: entries to pass over first (those a previous call inspected and kept), counted
-          from the tail for lists and from the lowest score for delayed/prioritized; ignored
-          for completed/failed, where every inspected entry is removed
+  ARGV[1]  cutoff (ms): a job is old enough when its reference time is <= cutoff
+  ARGV[2]  batch: the most entries inspected (and so removed) by this call (> 0)
+  ARGV[3]  state: completed, failed, wait, paused, active, delayed or prioritized
+  ARGV[4]  skip: entries to pass over first (those a previous call inspected and kept), counted
+           from the tail for lists and from the lowest score for delayed/prioritized; ignored
+           for completed/failed, where every inspected entry is removed
 
   Returns: {removed ids, number of entries inspected}. Fewer inspected than the batch means
   the scan reached the end.
@@ -25,12 +34,23 @@
 ]]
 --@include "remove_job"
 
-local state_key = KEYS[1]
-local base = ARGV[1]
-local cutoff = tonumber(ARGV[2])
-local batch = tonumber(ARGV[3])
-local state = ARGV[4]
-local skip = tonumber(ARGV[5])
+local q = {
+  prefix = KEYS[1], events = KEYS[2], ["repeat"] = KEYS[3], waiting_children = KEYS[4],
+  completed = KEYS[5], failed = KEYS[6], wait = KEYS[7], paused = KEYS[8], active = KEYS[9],
+  delayed = KEYS[10], prioritized = KEYS[11],
+}
+local cutoff = tonumber(ARGV[1])
+local batch = tonumber(ARGV[2])
+local state = ARGV[3]
+local skip = tonumber(ARGV[4])
+local state_keys = {
+  completed = q.completed, failed = q.failed, wait = q.wait, paused = q.paused,
+  active = q.active, delayed = q.delayed, prioritized = q.prioritized,
+}
+local state_key = state_keys[state]
+if not state_key then
+  return redis.error_reply("cleanJobsInSet: unknown state " .. tostring(state))
+end
 local removed = {}
 local inspected = 0
 
@@ -50,19 +70,19 @@ if state == "completed" or state == "failed" then
   inspected = #removed
   zrem_ids(state_key, removed)
   for _, id in ipairs(removed) do
-    hard_remove_job(base, id)
+    hard_remove_job(q, id)
   end
 elseif state == "delayed" or state == "prioritized" then
-  local kept = scheduler_iterations(KEYS[3])
+  local kept = scheduler_iterations(q["repeat"])
   local ids = redis.call("ZRANGE", state_key, skip, skip + batch - 1)
   inspected = #ids
   for _, id in ipairs(ids) do
     if not kept[id] then
       local fresh
       if state == "delayed" then
-        fresh = not old_enough(base .. id, "processedOn", "timestamp")
+        fresh = not old_enough(job_hash_key(q.prefix, id), "processedOn", "timestamp")
       else
-        fresh = not old_enough(base .. id, "timestamp")
+        fresh = not old_enough(job_hash_key(q.prefix, id), "timestamp")
       end
       if not fresh then
         removed[#removed + 1] = id
@@ -71,10 +91,10 @@ elseif state == "delayed" or state == "prioritized" then
   end
   zrem_ids(state_key, removed)
   for _, id in ipairs(removed) do
-    hard_remove_job(base, id)
+    hard_remove_job(q, id)
   end
 else
-  local kept = scheduler_iterations(KEYS[3])
+  local kept = scheduler_iterations(q["repeat"])
   local len = redis.call("LLEN", state_key)
   local stop = len - skip - 1
   if stop >= 0 then
@@ -84,12 +104,12 @@ else
     -- Oldest first: the tail of the list is its oldest end.
     for j = #ids, 1, -1 do
       local id = ids[j]
-      local job_key = base .. id
+      local job_key = job_hash_key(q.prefix, id)
       if not kept[id]
-        and not (state == "active" and redis.call("EXISTS", job_key .. ":lock") == 1)
+        and not (state == "active" and redis.call("EXISTS", job_part_key(job_key, "lock")) == 1)
         and old_enough(job_key, "finishedOn", "processedOn", "timestamp") then
         redis.call("LSET", state_key, start + j - 1 - len, "")
-        hard_remove_job(base, id)
+        hard_remove_job(q, id)
         removed[#removed + 1] = id
       end
     end
@@ -99,5 +119,5 @@ else
   end
 end
 
-redis.call("XADD", KEYS[2], "*", "event", "cleaned", "count", int_str(#removed))
+redis.call("XADD", q.events, "*", "event", "cleaned", "count", int_str(#removed))
 return {removed, inspected}

@@ -4,15 +4,17 @@
   wherever they sit in the list (BullMQ's head-trimming bug is not reproduced); kept ids stay
   in their relative order.
 
-  KEYS[1] wait
-  KEYS[2] paused (legacy list)
-  KEYS[3] delayed
-  KEYS[4] prioritized
-  KEYS[5] repeat
+  KEYS[1] prefix "P:Q:": job keys and dedup keys are built from it (includes/job_keys.lua);
+          a parent in another queue has its keys derived from its job reference
+  KEYS[2] wait
+  KEYS[3] paused (legacy list)
+  KEYS[4] delayed
+  KEYS[5] prioritized
+  KEYS[6] repeat
+  KEYS[7] waiting-children (a parent in this queue released by a removed child leaves it)
 
-  ARGV[1] base key "P:Q:"
-  ARGV[2] "1" to drain `delayed` too, else "0"
-  ARGV[3] budget: the most jobs removed by this call (> 0)
+  ARGV[1] "1" to drain `delayed` too, else "0"
+  ARGV[2] budget: the most jobs removed by this call (> 0)
 
   Returns: 1 the budget was used up (call again), 0 done.
 
@@ -21,9 +23,12 @@
 ]]
 --@include "remove_job"
 
-local base = ARGV[1]
-local budget = tonumber(ARGV[3])
-local kept, kept_count = scheduler_iterations(KEYS[5])
+local q = {
+  prefix = KEYS[1], wait = KEYS[2], paused = KEYS[3], delayed = KEYS[4], prioritized = KEYS[5],
+  ["repeat"] = KEYS[6], waiting_children = KEYS[7],
+}
+local budget = tonumber(ARGV[2])
+local kept, kept_count = scheduler_iterations(q["repeat"])
 
 -- Number of kept ids at the tail of a list (they have all been looked at already).
 local function kept_tail(key)
@@ -53,7 +58,7 @@ local function drain_list(key)
       if kept[id] then
         keep[#keep + 1] = id
       else
-        hard_remove_job(base, id)
+        hard_remove_job(q, id)
         budget = budget - 1
       end
     end
@@ -77,18 +82,18 @@ local function drain_zset(key)
     end
     zrem_ids(key, victims)
     for _, id in ipairs(victims) do
-      hard_remove_job(base, id)
+      hard_remove_job(q, id)
     end
     budget = budget - #victims
   end
 end
 
-drain_list(KEYS[1])
-drain_list(KEYS[2])
-if ARGV[2] == "1" then
-  drain_zset(KEYS[3])
+drain_list(q.wait)
+drain_list(q.paused)
+if ARGV[1] == "1" then
+  drain_zset(q.delayed)
 end
-drain_zset(KEYS[4])
+drain_zset(q.prioritized)
 if budget <= 0 then
   return 1
 end

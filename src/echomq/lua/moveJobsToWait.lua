@@ -3,17 +3,21 @@
   (docs/protocol/scripts.md#script-moveJobsToWait): Queue.retry_jobs /
   Queue.promote_jobs.
 
-  KEYS[1] the state key "P:Q:<state>"
+  KEYS[1] prefix "P:Q:": job keys are built from it (includes/job_keys.lua); a parent's keys
+          (possibly in another queue) from the child's job reference
   KEYS[2] wait
   KEYS[3] meta
   KEYS[4] active
   KEYS[5] marker
   KEYS[6] events
+  KEYS[7] completed
+  KEYS[8] failed
+  KEYS[9] delayed
+  Of KEYS[7..9] only the state named by ARGV[3] is read.
 
-  ARGV[1] base key "P:Q:"
-  ARGV[2] count (> 0)
-  ARGV[3] the highest score taken (completed/failed: finishedOn ms; "+inf" for all)
-  ARGV[4] state: completed, failed or delayed
+  ARGV[1] count (> 0)
+  ARGV[2] the highest score taken (completed/failed: finishedOn ms; "+inf" for all)
+  ARGV[3] state: completed, failed or delayed
 
   Returns: 1 `count` jobs were moved (more may remain; call again), else 0.
 
@@ -24,15 +28,22 @@
 ]]
 --@include "parents"
 
-local base = ARGV[1]
-local count = tonumber(ARGV[2])
-local state = ARGV[4]
-local ids = redis.call("ZRANGEBYSCORE", KEYS[1], 0, ARGV[3], "LIMIT", 0, count)
+local q = {
+  prefix = KEYS[1], wait = KEYS[2], meta = KEYS[3], active = KEYS[4], marker = KEYS[5],
+  events = KEYS[6], completed = KEYS[7], failed = KEYS[8], delayed = KEYS[9],
+}
+local count = tonumber(ARGV[1])
+local state = ARGV[3]
+local state_key = ({completed = q.completed, failed = q.failed, delayed = q.delayed})[state]
+if not state_key then
+  return redis.error_reply("moveJobsToWait: unknown state " .. tostring(state))
+end
+local ids = redis.call("ZRANGEBYSCORE", state_key, 0, ARGV[2], "LIMIT", 0, count)
 if #ids == 0 then
   return 0
 end
 
-local max_len = max_events(KEYS[3])
+local max_len = max_events(q.meta)
 local result_field = nil
 if state == "failed" then
   result_field = "failedReason"
@@ -41,20 +52,20 @@ elseif state == "completed" then
 end
 for _, id in ipairs(ids) do
   if result_field then
-    local job_key = base .. id
+    local job_key = job_hash_key(q.prefix, id)
     redis.call("HDEL", job_key, "finishedOn", "processedOn", result_field)
     reattach_child(job_key, state)
   end
-  redis.call("XADD", KEYS[6], "MAXLEN", "~", max_len, "*", "event", "waiting", "jobId", id,
+  redis.call("XADD", q.events, "MAXLEN", "~", max_len, "*", "event", "waiting", "jobId", id,
     "prev", state)
 end
 for i = 1, #ids, 5000 do
   local last = math.min(i + 4999, #ids)
-  redis.call("ZREM", KEYS[1], unpack(ids, i, last))
-  redis.call("LPUSH", KEYS[2], unpack(ids, i, last))
+  redis.call("ZREM", state_key, unpack(ids, i, last))
+  redis.call("LPUSH", q.wait, unpack(ids, i, last))
 end
-if not paused_or_maxed(KEYS[3], KEYS[4]) then
-  add_base_marker(KEYS[5])
+if not paused_or_maxed(q.meta, q.active) then
+  add_base_marker(q.marker)
 end
 if #ids == count then
   return 1

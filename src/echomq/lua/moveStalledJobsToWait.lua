@@ -2,19 +2,20 @@
   moveStalledJobsToWait: the stalled check, at most once per interval fleet-wide
   (docs/protocol/scripts.md#script-moveStalledJobsToWait).
 
-  KEYS[1] stalled
-  KEYS[2] wait
-  KEYS[3] active
-  KEYS[4] stalled-check
-  KEYS[5] meta
-  KEYS[6] marker
-  KEYS[7] events
-  KEYS[8] repeat
+  KEYS[1] prefix "P:Q:": job keys, their locks and the scheduler hashes repeat:<id> are built
+          from it (includes/job_keys.lua)
+  KEYS[2] stalled
+  KEYS[3] wait
+  KEYS[4] active
+  KEYS[5] stalled-check
+  KEYS[6] meta
+  KEYS[7] marker
+  KEYS[8] events
+  KEYS[9] repeat
 
-  ARGV[1] base key "P:Q:"
-  ARGV[2] max stalled count
-  ARGV[3] now (ms)
-  ARGV[4] stalled interval (ms)
+  ARGV[1] max stalled count
+  ARGV[2] now (ms)
+  ARGV[3] stalled interval (ms)
 
   Returns: {recovered, dangling}, two arrays of job ids: those moved back to wait, and those
   removed from active because their job hash does not exist. A job is recovered when it was a
@@ -26,46 +27,50 @@
   next check. Both arrays are empty when another check ran within the interval.
 ]]
 --@include "common"
+--@include "job_keys"
 
-if redis.call("EXISTS", KEYS[4]) == 1 then
+local q = {
+  prefix = KEYS[1], stalled = KEYS[2], wait = KEYS[3], active = KEYS[4], stalled_check = KEYS[5],
+  meta = KEYS[6], marker = KEYS[7], events = KEYS[8], ["repeat"] = KEYS[9],
+}
+if redis.call("EXISTS", q.stalled_check) == 1 then
   return {{}, {}}
 end
-redis.call("SET", KEYS[4], ARGV[3], "PX", ARGV[4])
-local base = ARGV[1]
-local max_stalled = tonumber(ARGV[2])
-local max_len = max_events(KEYS[5])
-redis.call("XTRIM", KEYS[7], "MAXLEN", "~", max_len)
+redis.call("SET", q.stalled_check, ARGV[2], "PX", ARGV[3])
+local max_stalled = tonumber(ARGV[1])
+local max_len = max_events(q.meta)
+redis.call("XTRIM", q.events, "MAXLEN", "~", max_len)
 
 -- Back to the front of wait, with the stalled counter, `defa` past the limit, and events.
 local function recover(job_key, id, blocked)
   local stalled = redis.call("HINCRBY", job_key, "stc", 1)
   local rjk = redis.call("HGET", job_key, "rjk")
-  local scheduled = rjk and (redis.call("EXISTS", base .. "repeat:" .. rjk) == 1
-    or redis.call("ZSCORE", KEYS[8], rjk) ~= false)
+  local scheduled = rjk and (redis.call("EXISTS", scheduler_hash_key(q.prefix, rjk)) == 1
+    or redis.call("ZSCORE", q["repeat"], rjk) ~= false)
   if stalled > max_stalled and not scheduled then
     redis.call("HSET", job_key, "defa", "job stalled more than allowable limit")
   end
-  redis.call("RPUSH", KEYS[2], id)
+  redis.call("RPUSH", q.wait, id)
   if not blocked then
-    add_base_marker(KEYS[6])
+    add_base_marker(q.marker)
   end
-  redis.call("XADD", KEYS[7], "*", "event", "waiting", "jobId", id, "prev", "active")
-  redis.call("XADD", KEYS[7], "*", "event", "stalled", "jobId", id)
+  redis.call("XADD", q.events, "*", "event", "waiting", "jobId", id, "prev", "active")
+  redis.call("XADD", q.events, "*", "event", "stalled", "jobId", id)
 end
 
 local recovered = {}
 local dangling = {}
-local suspects = redis.call("SMEMBERS", KEYS[1])
+local suspects = redis.call("SMEMBERS", q.stalled)
 if #suspects > 0 then
-  redis.call("DEL", KEYS[1])
-  local blocked = paused_or_maxed(KEYS[5], KEYS[3])
+  redis.call("DEL", q.stalled)
+  local blocked = paused_or_maxed(q.meta, q.active)
   for _, id in ipairs(suspects) do
     if string.sub(id, 1, 2) == "0:" then
-      redis.call("LREM", KEYS[3], 1, id)
+      redis.call("LREM", q.active, 1, id)
     else
-      local job_key = base .. id
-      if redis.call("EXISTS", job_key .. ":lock") == 0
-        and redis.call("LREM", KEYS[3], 1, id) > 0 then
+      local job_key = job_hash_key(q.prefix, id)
+      if redis.call("EXISTS", job_part_key(job_key, "lock")) == 0
+        and redis.call("LREM", q.active, 1, id) > 0 then
         if redis.call("EXISTS", job_key) == 0 then
           dangling[#dangling + 1] = id
         else
@@ -77,8 +82,8 @@ if #suspects > 0 then
   end
 end
 
-local active = redis.call("LRANGE", KEYS[3], 0, -1)
+local active = redis.call("LRANGE", q.active, 0, -1)
 for i = 1, #active, 7000 do
-  redis.call("SADD", KEYS[1], unpack(active, i, math.min(i + 6999, #active)))
+  redis.call("SADD", q.stalled, unpack(active, i, math.min(i + 6999, #active)))
 end
 return {recovered, dangling}

@@ -48,6 +48,9 @@ CLEAN_STATES: Final[dict[str, str]] = {
 #: Accepted ``retry_jobs`` states.
 RETRY_STATES: Final = ("failed", "completed")
 
+#: The states moveJobsToWait takes jobs from (retry_jobs, promote_jobs).
+MOVE_TO_WAIT_STATES: Final = ("completed", "failed", "delayed")
+
 
 # -- validation ----------------------------------------------------------------------------
 
@@ -95,8 +98,8 @@ def remove_job(keys: QueueKeys, job_id: str, *, remove_children: bool = True) ->
 
     return ScriptOp(
         scripts.get("removeJob"),
-        [keys.job(job_id), keys.repeat],
-        [keys.base, job_id, "1" if remove_children else "0"],
+        keys.script_keys["removeJob"],
+        [job_id, "1" if remove_children else "0"],
         parse,
     )
 
@@ -109,8 +112,8 @@ def drain_batch(keys: QueueKeys, *, delayed: bool, budget: int = BATCH) -> Scrip
     _check_count(budget, "budget", allow_zero=False)
     return ScriptOp(
         scripts.get("drain"),
-        [keys.wait, keys.paused, keys.delayed, keys.prioritized, keys.repeat],
-        [keys.base, "1" if delayed else "0", budget],
+        keys.script_keys["drain"],
+        ["1" if delayed else "0", budget],
         lambda reply: int(reply) == 1,
     )
 
@@ -142,6 +145,9 @@ def clean_batch(
     keys: QueueKeys, *, cutoff_ms: int, batch: int, state: str, skip: int = 0
 ) -> ScriptOp[CleanBatch]:
     """One clean call inspecting at most ``batch`` entries of ``state`` (a key suffix)."""
+    if state not in CLEAN_STATES.values():
+        allowed = ", ".join(sorted(set(CLEAN_STATES.values())))
+        raise ValidationError(f"clean state must be a key suffix ({allowed}); got {state!r}")
     _check_count(batch, "batch", allow_zero=False)
     _check_count(skip, "skip", allow_zero=True)
 
@@ -150,8 +156,8 @@ def clean_batch(
 
     return ScriptOp(
         scripts.get("cleanJobsInSet"),
-        [keys.state(state), keys.events, keys.repeat],
-        [keys.base, cutoff_ms, batch, state, skip],
+        keys.script_keys["cleanJobsInSet"],
+        [cutoff_ms, batch, state, skip],
         parse,
     )
 
@@ -224,20 +230,8 @@ def obliterate_batch(
 
     return ScriptOp(
         scripts.get("obliterate"),
-        [
-            keys.meta,
-            keys.active,
-            keys.delayed,
-            keys.repeat,
-            keys.completed,
-            keys.wait,
-            keys.paused,
-            keys.prioritized,
-            keys.failed,
-            keys.events,
-            keys.marker,
-        ],
-        [keys.base, budget, "force" if force else "", "1" if pause else "0"],
+        keys.script_keys["obliterate"],
+        [budget, "force" if force else "", "1" if pause else "0"],
         parse,
     )
 
@@ -266,10 +260,14 @@ def move_jobs_to_wait(
 ) -> ScriptOp[bool]:
     """One moveJobsToWait call (``state`` = completed, failed or delayed); True if more remain."""
     _check_count(count, "count", allow_zero=False)
+    if state not in MOVE_TO_WAIT_STATES:
+        raise ValidationError(
+            f"state must be one of {', '.join(MOVE_TO_WAIT_STATES)}; got {state!r}"
+        )
     return ScriptOp(
         scripts.get("moveJobsToWait"),
-        [keys.state(state), keys.wait, keys.meta, keys.active, keys.marker, keys.events],
-        [keys.base, count, max_score, state],
+        keys.script_keys["moveJobsToWait"],
+        [count, max_score, state],
         lambda reply: int(reply) == 1,
     )
 

@@ -178,17 +178,8 @@ def move_stalled_jobs_to_wait(
     job hash) it removed from active."""
     return ScriptOp(
         scripts.get("moveStalledJobsToWait"),
-        [
-            keys.stalled,
-            keys.wait,
-            keys.active,
-            keys.stalled_check,
-            keys.meta,
-            keys.marker,
-            keys.events,
-            keys.repeat,
-        ],
-        [keys.base, max_stalled_count, now, stalled_interval_ms],
+        keys.script_keys["moveStalledJobsToWait"],
+        [max_stalled_count, now, stalled_interval_ms],
         _parse_stalled,
     )
 
@@ -200,17 +191,8 @@ def move_job_from_active_to_wait(keys: QueueKeys, job_id: str, token: str) -> Sc
     """
     return ScriptOp(
         scripts.get("moveJobFromActiveToWait"),
-        [
-            keys.active,
-            keys.wait,
-            keys.stalled,
-            keys.meta,
-            keys.limiter,
-            keys.prioritized,
-            keys.marker,
-            keys.events,
-        ],
-        [keys.base, job_id, token],
+        keys.script_keys["moveJobFromActiveToWait"],
+        [job_id, token],
         lambda reply: int(reply),
     )
 

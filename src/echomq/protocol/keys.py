@@ -97,6 +97,97 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "marker",
     ),
     "extendLocks": ("base", "stalled"),
+    "moveStalledJobsToWait": (
+        "base",
+        "stalled",
+        "wait",
+        "active",
+        "stalled_check",
+        "meta",
+        "marker",
+        "events",
+        "repeat",
+    ),
+    "moveJobFromActiveToWait": (
+        "base",
+        "active",
+        "wait",
+        "stalled",
+        "meta",
+        "limiter",
+        "prioritized",
+        "marker",
+        "events",
+    ),
+    # The three states it moves from are all declared; ARGV names the one a call takes.
+    "moveJobsToWait": (
+        "base",
+        "wait",
+        "meta",
+        "active",
+        "marker",
+        "events",
+        "completed",
+        "failed",
+        "delayed",
+    ),
+    # Every structure a job may sit in (searched in this order), and what a released parent
+    # in the same queue needs.
+    "removeJob": (
+        "base",
+        "repeat",
+        "completed",
+        "waiting_children",
+        "delayed",
+        "failed",
+        "prioritized",
+        "wait",
+        "paused",
+        "active",
+        "meta",
+        "events",
+        "marker",
+    ),
+    # waiting-children: a hard removal takes a parent of the same queue out of it.
+    "drain": ("base", "wait", "paused", "delayed", "prioritized", "repeat", "waiting_children"),
+    # Every state clean accepts is declared; ARGV names the one a call cleans.
+    "cleanJobsInSet": (
+        "base",
+        "events",
+        "repeat",
+        "waiting_children",
+        "completed",
+        "failed",
+        "wait",
+        "paused",
+        "active",
+        "delayed",
+        "prioritized",
+    ),
+    "obliterate": (
+        "base",
+        "meta",
+        "active",
+        "delayed",
+        "repeat",
+        "completed",
+        "wait",
+        "paused",
+        "prioritized",
+        "failed",
+        "events",
+        "marker",
+        "waiting_children",
+        "delay",
+        "stalled_check",
+        "stalled",
+        "id",
+        "pc",
+        "metrics_completed",
+        "metrics_completed_data",
+        "metrics_failed",
+        "metrics_failed_data",
+    ),
 }
 
 
@@ -120,6 +211,7 @@ class QueueKeys:
         "active",
         "base",
         "completed",
+        "delay",
         "delayed",
         "events",
         "failed",
@@ -170,6 +262,8 @@ class QueueKeys:
         self.limiter = b + "limiter"
         self.marker = b + "marker"
         self.repeat = b + "repeat"
+        #: a BullMQ 1-4 key, never written; obliterate deletes it
+        self.delay = b + "delay"
         self.metrics_completed = b + "metrics:completed"
         self.metrics_failed = b + "metrics:failed"
         self.metrics_completed_data = self.metrics_completed + ":data"

@@ -11,7 +11,7 @@
 --   dedup keys        "P:Q:de:<dedupId>" and "P:Q:dn:<dedupId>" (one pair per deduplication id);
 --   scheduler hashes  "P:Q:repeat:<schedulerId>";
 --   another queue's keys, when a job reference names a queue other than the script's own (a
---                     parent in a flow): queue_keys_for.
+--                     parent in a flow, or a child removeJob removes): queue_keys_for.
 
 local function job_hash_key(prefix, job_id)
   return prefix .. job_id

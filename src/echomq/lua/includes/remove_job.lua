@@ -1,17 +1,21 @@
 -- Deleting jobs: the per-job keys, the dedup key, the parent rule, and scheduler iterations
 -- (docs/protocol/scripts.md#step-hard-remove, #script-removeJob). Callers take the id out of
 -- its state set or list themselves, except remove_job_tree, which finds the state.
+-- `q` holds the keys of the script's own queue (prefix, waiting_children; for remove_job_tree
+-- also repeat, completed, delayed, failed, prioritized, wait, paused, active, meta, events,
+-- marker); another queue's keys (a parent or a child in a flow) come from queue_keys_for.
 --@include "common"
 --@include "job_keys"
 --@include "parents"
 
--- DEL `de:<deid>` and `dn:<deid>` when the job still owns its deduplication key.
-local function release_dedup_key(base, job_key, job_id)
+-- DEL `de:<deid>` and `dn:<deid>` when the job still owns its deduplication key; `prefix` is
+-- the prefix key of the job's queue.
+local function release_dedup_key(prefix, job_key, job_id)
   local deid = redis.call("HGET", job_key, "deid")
   if deid then
-    local dedup_key = base .. "de:" .. deid
-    if redis.call("GET", dedup_key) == job_id then
-      redis.call("DEL", dedup_key, base .. "dn:" .. deid)
+    local de_key = dedup_key(prefix, deid)
+    if redis.call("GET", de_key) == job_id then
+      redis.call("DEL", de_key, dedup_next_key(prefix, deid))
     end
   end
 end
@@ -36,45 +40,45 @@ local function is_current_iteration(repeat_key, job_key, job_id)
   return score ~= false and score ~= nil and iteration_id(rjk, score) == job_id
 end
 
--- Unlink a job that is being deleted from its parent's :dependencies. When that was the
--- parent's last pending child and the parent is in `waiting-children`:
+-- Unlink a job of the script's own queue `q` that is being deleted from its parent's
+-- :dependencies. When that was the parent's last pending child and the parent is in
+-- `waiting-children`:
 --   soft (hard == false): RPUSH the parent to its queue's wait + `waiting` event (prev
 --     waiting-children);
---   hard: a parent in the same base key is deleted too (recursively, no event); a parent in
+--   hard: a parent in the same queue is deleted too (recursively, no event); a parent in
 --     another queue is RPUSHed to its wait without an event.
-local function detach_from_parent(base, job_key, hard)
+local function detach_from_parent(q, job_key, hard)
   local parent_key = redis.call("HGET", job_key, "parentKey")
   if not parent_key then
     return
   end
-  local deps_key = parent_key .. ":dependencies"
+  local deps_key = job_part_key(parent_key, "dependencies")
   if redis.call("SREM", deps_key, job_key) == 0 or redis.call("SCARD", deps_key) > 0 then
     return
   end
-  local parent_id, parent_base = split_job_key(parent_key)
-  if redis.call("ZREM", parent_base .. "waiting-children", parent_id) == 0 then
+  local parent_id, parent_prefix = split_job_key(parent_key)
+  local pq = queue_keys_for(q, parent_prefix)
+  if redis.call("ZREM", pq.waiting_children, parent_id) == 0 then
     return
   end
-  if hard and parent_base == base then
-    detach_from_parent(base, parent_key, true)
-    release_dedup_key(base, parent_key, parent_id)
+  if hard and pq == q then
+    detach_from_parent(q, parent_key, true)
+    release_dedup_key(q.prefix, parent_key, parent_id)
     delete_job_keys(parent_key)
     return
   end
-  -- ({}: this include's callers do not declare their own queue's keys yet, so every queue's
-  -- keys are derived)
-  push_parent_to_wait(queue_keys_for({}, parent_base), parent_id)
+  push_parent_to_wait(pq, parent_id)
   if not hard then
-    redis.call("XADD", parent_base .. "events", "*", "event", "waiting", "jobId", parent_id,
+    redis.call("XADD", pq.events, "*", "event", "waiting", "jobId", parent_id,
       "prev", "waiting-children")
   end
 end
 
--- Hard removal (clean, drain, obliterate) of a job already taken out of its state.
-local function hard_remove_job(base, job_id)
-  local job_key = base .. job_id
-  detach_from_parent(base, job_key, true)
-  release_dedup_key(base, job_key, job_id)
+-- Hard removal (clean, drain, obliterate) of a job of `q` already taken out of its state.
+local function hard_remove_job(q, job_id)
+  local job_key = job_hash_key(q.prefix, job_id)
+  detach_from_parent(q, job_key, true)
+  release_dedup_key(q.prefix, job_key, job_id)
   delete_job_keys(job_key)
 end
 
@@ -87,14 +91,14 @@ end
 
 -- The full keys of every child recorded on a job: :processed, :failed, :unsuccessful, :dependencies.
 local function children_of(job_key)
-  local out = redis.call("HKEYS", job_key .. ":processed")
-  for _, k in ipairs(redis.call("HKEYS", job_key .. ":failed")) do
+  local out = redis.call("HKEYS", job_part_key(job_key, "processed"))
+  for _, k in ipairs(redis.call("HKEYS", job_part_key(job_key, "failed"))) do
     out[#out + 1] = k
   end
-  for _, k in ipairs(redis.call("ZRANGE", job_key .. ":unsuccessful", 0, -1)) do
+  for _, k in ipairs(redis.call("ZRANGE", job_part_key(job_key, "unsuccessful"), 0, -1)) do
     out[#out + 1] = k
   end
-  for _, k in ipairs(redis.call("SMEMBERS", job_key .. ":dependencies")) do
+  for _, k in ipairs(redis.call("SMEMBERS", job_part_key(job_key, "dependencies"))) do
     out[#out + 1] = k
   end
   return out
@@ -102,11 +106,11 @@ end
 
 -- True when the job's lock exists or, with children, a pending child (recursively) is locked.
 local function job_locked(job_key, with_children)
-  if redis.call("EXISTS", job_key .. ":lock") == 1 then
+  if redis.call("EXISTS", job_part_key(job_key, "lock")) == 1 then
     return true
   end
   if with_children then
-    for _, child_key in ipairs(redis.call("SMEMBERS", job_key .. ":dependencies")) do
+    for _, child_key in ipairs(redis.call("SMEMBERS", job_part_key(job_key, "dependencies"))) do
       if job_locked(child_key, true) then
         return true
       end
@@ -115,50 +119,58 @@ local function job_locked(job_key, with_children)
   return false
 end
 
-local zset_states = {"completed", "waiting-children", "delayed", "failed", "prioritized"}
-local list_states = {"wait", "paused", "active"}
+-- The structures a job may sit in, in the order they are searched: {field of a queue's keys
+-- table, the key's suffix}.
+local zset_states = {
+  {"completed", "completed"}, {"waiting_children", "waiting-children"}, {"delayed", "delayed"},
+  {"failed", "failed"}, {"prioritized", "prioritized"},
+}
+local list_states = {{"wait", "wait"}, {"paused", "paused"}, {"active", "active"}}
 
--- Take the id out of the first state that holds it; return that key's suffix or "unknown".
-local function remove_from_any_state(base, job_id)
+-- Take the id out of the first structure of queue `jq` that holds it; return that key's suffix
+-- or "unknown".
+local function remove_from_any_state(jq, job_id)
   for _, state in ipairs(zset_states) do
-    if redis.call("ZREM", base .. state, job_id) == 1 then
-      return state
+    if redis.call("ZREM", jq[state[1]], job_id) == 1 then
+      return state[2]
     end
   end
   for _, state in ipairs(list_states) do
-    if redis.call("LREM", base .. state, 0, job_id) > 0 then
-      return state
+    if redis.call("LREM", jq[state[1]], 0, job_id) > 0 then
+      return state[2]
     end
   end
   return "unknown"
 end
 
--- Soft removal (removeJob): unlink from the parent when `detach`, remove recorded children first
--- when `with_children` (each in its own queue), take the job out of its state, release its dedup
--- key, delete its keys, and emit `removed` (prev = the state key's suffix) to its queue's stream
--- when its hash existed. `visited` (full key -> true) guards against listing a child twice.
--- Returns whether the job hash existed.
-local function remove_job_tree(base, job_id, with_children, detach, visited)
-  local job_key = base .. job_id
+-- Soft removal (removeJob) of the job `job_id` of the queue whose prefix key is `prefix` (the
+-- script's own queue `q`, or a child's queue): unlink from the parent when `detach` (only for a
+-- job of `q`), remove recorded children first when `with_children` (each in its own queue), take
+-- the job out of its state, release its dedup key, delete its keys, and emit `removed` (prev =
+-- the state key's suffix) to its queue's stream when its hash existed. `visited` (full key ->
+-- true) guards against listing a child twice. Returns whether the job hash existed.
+local function remove_job_tree(q, prefix, job_id, with_children, detach, visited)
+  local job_key = job_hash_key(prefix, job_id)
   if visited[job_key] then
     return false
   end
   visited[job_key] = true
+  local jq = queue_keys_for(q, prefix)
   if detach then
-    detach_from_parent(base, job_key, false)
+    detach_from_parent(jq, job_key, false)
   end
   if with_children then
     for _, child_key in ipairs(children_of(job_key)) do
-      local child_id, child_base = split_job_key(child_key)
-      remove_job_tree(child_base, child_id, true, false, visited)
+      local child_id, child_prefix = split_job_key(child_key)
+      remove_job_tree(q, child_prefix, child_id, true, false, visited)
     end
   end
-  local prev = remove_from_any_state(base, job_id)
-  release_dedup_key(base, job_key, job_id)
+  local prev = remove_from_any_state(jq, job_id)
+  release_dedup_key(prefix, job_key, job_id)
   local existed = redis.call("EXISTS", job_key) == 1
   delete_job_keys(job_key)
   if existed then
-    redis.call("XADD", base .. "events", "MAXLEN", "~", max_events(base .. "meta"), "*",
+    redis.call("XADD", jq.events, "MAXLEN", "~", max_events(jq.meta), "*",
       "event", "removed", "jobId", job_id, "prev", prev)
   end
   return existed
