@@ -22,8 +22,9 @@ async def sigkill_storm(lab: Lab, impl: str) -> Run:
     Each kill lands while the victim runs ``concurrency`` jobs. Duplicates allowed: exactly
     the jobs the victim had started and not finished (they are re-run once their lock
     expires); nothing else. The stall limit is above the number of kills, so a job hit by
-    two kills is re-run rather than failed. Recovery: from each kill until the victim's jobs
-    are completed by others, bounded by lock + 2 stalled intervals + the job time + 2.5 s.
+    two kills is re-run rather than failed. Recovery: from each kill until every job the
+    victim was running has started again in another worker (a later kill may hit it again),
+    bounded by lock + 2 stalled intervals + the job time (a free slot) + 1.5 s.
     """
     lock, stalled, ms, concurrency = 1.0, 0.5, 400, 2
     n, kills = pick(40, 240), pick(3, 12)
@@ -50,9 +51,9 @@ async def sigkill_storm(lab: Lab, impl: str) -> Run:
             await run.start_workers(1)
         run.row.faults = len(hits)
         await run.wait_finished(ids, timeout=30)
-        bound = lock + 2 * stalled + ms / 1000 + 2.5
+        bound = lock + 2 * stalled + ms / 1000 + 1.5
         for killed_at, hit in hits:
-            run.set_recovery(await run.recovery(killed_at, hit), bound)
+            run.set_recovery(run.restarted(killed_at, hit), bound)
         await run.finish()
     return run
 

@@ -183,6 +183,21 @@ class Run:
             return None
         return max(0.0, (max(at.values()) - since_ms) / 1000)
 
+    def restarted(self, since_ms: float, job_ids: Iterable[str]) -> float | None:
+        """Seconds from ``since_ms`` until each of ``job_ids`` was started again (per the
+        ledger); None if one never was."""
+        latest = since_ms
+        for job_id in job_ids:
+            again = [
+                e.t_ms
+                for e in self.ledger.entries()
+                if e.job_id == job_id and e.event == "start" and e.t_ms > since_ms
+            ]
+            if not again:
+                return None
+            latest = max(latest, min(again))
+        return (latest - since_ms) / 1000
+
     def set_recovery(self, value: float | None, bound: float) -> None:
         """Record the run's recovery time (worst of all calls) and its bound."""
         self.row.bound = bound
