@@ -47,7 +47,7 @@ async def corrupt_jobs(lab: Lab, impl: str) -> Run:
     data is not valid JSON") without its processor ever starting; the dangling id must be
     removed from ``wait`` with no hash created for it; every good job completes. Duplicates
     allowed: none. Recovery: from writing them until every corrupt job is failed and the
-    dangling id is gone, bounded by 3 s (the first fetch must deal with them, no stalled
+    dangling id is gone, bounded by 1 s (the first fetch must deal with them, no stalled
     cycle).
     """
     n = pick(30, 150)
@@ -58,7 +58,6 @@ async def corrupt_jobs(lab: Lab, impl: str) -> Run:
         written = time.time() * 1000
         await write_corrupt(run)
         run.row.faults = len(CORRUPT) + 1
-        await run.producer.join(timeout=60)
 
         async def dealt_with() -> bool:
             gone = await run.r.lpos(f"bull:{run.queue}:wait", DANGLING) is None
@@ -66,9 +65,10 @@ async def corrupt_jobs(lab: Lab, impl: str) -> Run:
             return gone and all(score is not None for score in failed)
 
         if await run.until(dealt_with, 15, "the corrupt jobs to fail and the dangling id"):
-            run.set_recovery((time.time() * 1000 - written) / 1000, 3.0)
+            run.set_recovery((time.time() * 1000 - written) / 1000, 1.0)
         else:
-            run.set_recovery(None, 3.0)
+            run.set_recovery(None, 1.0)
+        await run.producer.join(timeout=60)
         await run.wait_finished(run.producer.acked, timeout=20)
         expected = dict.fromkeys(run.producer.acked, ("completed",))
         expected.update(dict.fromkeys(CORRUPT, ("failed",)))

@@ -43,12 +43,18 @@ HEADER = (
 )
 
 
+def _order(row: Row) -> tuple[int, str, int]:
+    number = row.scenario.partition(" ")[0]  # "2b" sorts after "2", before "3"
+    digits = "".join(c for c in number if c.isdigit())
+    return int(digits or 0), number, 0 if row.impl == "node" else 1
+
+
 def markdown(rows: list[Row]) -> str:
-    """The rows as a Markdown table, in the order the scenarios ran."""
+    """The rows as a Markdown table, by scenario number, the baseline first."""
     lines = [
         f"| {r.scenario} | {r.impl} | {r.faults} | {r.runtime:.1f} | {r.jobs} | {r.lost} "
         f"| {r.duplicates} | {r.allowed} | {r.excess} | {_num(r.recovery)} | {_num(r.bound)} "
         f"| {r.verdict} |"
-        for r in rows
+        for r in sorted(rows, key=_order)
     ]
     return HEADER + "\n".join(lines) + "\n"
