@@ -47,7 +47,7 @@ import socket
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 import redis.asyncio
@@ -303,8 +303,8 @@ class _Wire(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not registered as asyncio.Transport: no isinstance check
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         reader = self._reader
