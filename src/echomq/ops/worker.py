@@ -116,8 +116,16 @@ def _parse_reply(reply: Any) -> FinishReply:
         for i in range(0, len(flat), 3)
     ]
     pairs = reply[4]
-    dangling = [Dangling(to_str(pairs[i]), to_str(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+    dangling = (
+        [Dangling(to_str(pairs[i]), to_str(pairs[i + 1])) for i in range(0, len(pairs), 2)]
+        if pairs
+        else _NONE_DANGLING
+    )
     return FinishReply(codes, jobs, int(reply[2]), int(reply[3]), dangling)
+
+
+#: Shared by every reply that dropped no dangling id (almost all of them; never mutated).
+_NONE_DANGLING: list[Dangling] = []
 
 
 def finish_and_fetch(

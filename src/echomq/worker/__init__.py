@@ -118,7 +118,9 @@ class Worker:
         self._flush_owner: asyncio.Task[Any] | None = None  # a job task recording outcomes
         self._close_deadline: float | None = None
         self._handing_back: dict[str, asyncio.Task[None]] = {}  # token -> hand-back task
-        self._recording: set[str] = set()  # tokens of outcomes in a finish call in flight
+        # The batch of outcomes in a finish call in flight (flushes hold the flush lock, so
+        # there is at most one).
+        self._recording: list[_Finished] = []
         self._wake: asyncio.Event | None = None
         self._flush: asyncio.Event | None = None
         self._flush_lock: asyncio.Lock | None = None
@@ -317,7 +319,7 @@ class Worker:
 
     async def _hand_back_held(self) -> None:
         """Hand back every job still held whose outcome is not waiting to be recorded."""
-        pending = {f.token for f in self._pending} | self._recording
+        pending = {f.token for f in (*self._pending, *self._recording)}
         for token, job_id in list(self._held.items()):
             if token not in pending:
                 self._spawn_hand_back(job_id, token, "the worker closed before it finished")
@@ -415,13 +417,14 @@ class Worker:
         )
 
     async def _call(
-        self, items: list[list[Any]], fetch: int, log: OutageLog | None = None
+        self, items: list[list[Any]], fetch: int, outages: list[OutageLog] | None = None
     ) -> wops.FinishReply | None:
         """One finishAndFetch call, carried through outages (None: gave up while closing).
 
         After a lost reply the call is resent in the script's resend mode, with the same items
         and tokens, so that nothing is recorded twice and the jobs the lost call took are
-        returned again rather than left for the stalled check.
+        returned again rather than left for the stalled check. When the call met an outage,
+        its log is appended to ``outages`` (made only then: the common case allocates none).
         """
         self._reserved += fetch
         start = self._token_counter
@@ -435,7 +438,10 @@ class Worker:
                 kind = classify(exc)
                 if kind is None:
                     raise
-                log = log or OutageLog(f"queue={self.name} finishAndFetch")
+                what = f"queue={self.name} recording {len(items)} outcome(s)" if items else ""
+                log = OutageLog(what or f"queue={self.name} fetching")
+                if outages is not None:
+                    outages.append(log)
                 log.failed(exc, kind)
                 first_resend = kind is Outage.REPLY_LOST
 
@@ -447,7 +453,7 @@ class Worker:
 
             def give_up() -> bool:
                 # a plain fetch is dropped once fetching stops, unless its jobs must be found
-                idle_fetch = not items and not first_resend and not self._life.may_fetch()
+                idle_fetch = not items and not log.lost and not self._life.may_fetch()
                 return idle_fetch or self._give_up()
 
             if give_up():
@@ -621,17 +627,17 @@ class Worker:
             batch, self._pending = batch[:1], batch[1:] + self._pending
         fetch = max(self._free_slots(for_finisher=True), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
-        log = OutageLog(f"queue={self.name} recording {len(batch)} outcome(s)")
-        tokens = {f.token for f in batch}
-        self._recording |= tokens
+        outages: list[OutageLog] = []
+        self._recording = batch
         try:
-            reply = await self._call(items, fetch, log)
+            reply = await self._call(items, fetch, outages)
         except ResponseError as exc:
             await self._record_one_by_one(batch, exc)
             self._wake_fetcher()
             return None
         finally:
-            self._recording -= tokens
+            self._recording = []
+        log = outages[0] if outages else None
         if reply is None:  # closing, and Redis stayed unavailable past the deadline
             for finished in batch:
                 self._held.pop(finished.token, None)
@@ -641,7 +647,7 @@ class Worker:
                     self.name,
                     finished.job.id,
                     finished.outcome.status,
-                    log.last_error,
+                    log.last_error if log is not None else "",
                 )
             return None
         for finished, code in zip(batch, reply.codes):

@@ -72,7 +72,7 @@ class OutageLog:
     """Warns when an outage starts, at most every few seconds while it lasts, and once more
     when it ends."""
 
-    __slots__ = ("_first", "_last", "count", "last_error", "resent", "what")
+    __slots__ = ("_first", "_last", "count", "last_error", "lost", "resent", "what")
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -81,6 +81,7 @@ class OutageLog:
         self.count = 0
         self.last_error: BaseException | None = None
         self.resent = False  # a try was made in resend mode
+        self.lost = False  # some try's reply was lost: the call may have run
 
     def failed(self, exc: BaseException, kind: Outage) -> None:
         """Record one failed try."""
@@ -89,6 +90,7 @@ class OutageLog:
             self._first = now
         self.count += 1
         self.last_error = exc
+        self.lost = self.lost or kind is Outage.REPLY_LOST
         if now - self._last >= _WARN_EVERY:
             self._last = now
             logger.warning(
