@@ -17,10 +17,10 @@ reply's first word as redis-py does (:data:`_ERRORS`: NoScriptError, OutOfMemory
 BusyLoadingError, ReadOnlyError... which the worker's outage handling relies on),
 ``decode_responses`` decodes replies, ``socket_connect_timeout`` bounds the connect,
 ``socket_timeout`` the handshake and, when the client was given one, each call, a lost
-connection raises :class:`redis.exceptions.ConnectionError`. A client echomq made from a URL with a connect budget
-(``_fail_fast``) has the whole connect done within that budget. A call is never sent twice: a
-connection found closed *before* a write is reopened, one lost *after* a write fails the call (a
-non-idempotent script may or may not have run, as with any client).
+connection raises :class:`redis.exceptions.ConnectionError`. A client echomq made from a URL
+with a connect budget (``_fail_fast``) has the whole connect done within that budget. A call is
+never sent twice: a connection found closed *before* a write is reopened, one lost *after* a
+write fails the call (a non-idempotent script may or may not have run, as with any client).
 
 Every command goes out one of two ways, chosen by :func:`send`: on a Channel (the hot script
 calls of a Queue, a Worker and QueueEvents), or by redis-py's public ``execute_command`` (clients
