@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Backoff, Job, KeepJobs, Limiter, Worker
+from echomq.worker import WorkerState
 from helpers import wait_for
 
 FAST = {"drain_delay": 0.2, "stalled_interval": 5.0}
@@ -486,6 +487,19 @@ async def test_local_pause_and_resume(redis: Redis, queue_name: str) -> None:
         assert seen == []
         worker.resume()
         await wait_for(lambda: len(seen) == 1, timeout=3)
+
+
+async def test_close_twice_is_harmless_in_every_state(redis: Redis, queue_name: str) -> None:
+    never_run = Worker(queue_name, lambda job: None, connection=redis)
+    await never_run.close()
+    await never_run.close()
+    assert never_run.state is WorkerState.CLOSED
+    ran = Worker(queue_name, lambda job: None, connection=redis, **FAST)
+    async with ran:
+        pass
+    await ran.close()
+    await ran.close(force=True)
+    assert ran.state is WorkerState.CLOSED
 
 
 async def test_constructor_has_no_side_effects(redis: Redis, queue_name: str) -> None:

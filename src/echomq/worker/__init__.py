@@ -225,12 +225,14 @@ class Worker:
             life.move(WorkerState.CLOSED)
             await self._conn.aclose()
             return
-        assert self._stopped is not None and self._cut_grace is not None
         if life.state is not WorkerState.RUNNING:
-            if force:
+            if self._stopped is None:  # closed before it ever ran
+                return
+            if force and self._cut_grace is not None:
                 self._cut_grace.set()
             await self._stopped.wait()
             return
+        assert self._stopped is not None and self._cut_grace is not None
         life.move(WorkerState.CLOSING)
         if force:
             self._cut_grace.set()
