@@ -65,7 +65,30 @@ def _cluster_parameters() -> frozenset[str]:
 FirstUse = Callable[["AsyncConn"], Awaitable[None]]
 
 
-class AsyncConn:
+class _Addressed:
+    """Where an :class:`AsyncConn` or a :class:`SyncConn` points, from its URL if it was made
+    from one, else from its client's settings."""
+
+    __slots__ = ()
+    url: str | None
+    _client: Any
+
+    @property
+    def address(self) -> str:
+        """Where the server is, for messages: the URL (password masked), else ``host:port``."""
+        if self.url is not None:
+            return redact_url(self.url)
+        return server_address(self._client)
+
+    @property
+    def server(self) -> str:
+        """The server's identity for per-server state: ``host:port`` or the socket path."""
+        if self.url is not None:
+            return url_address(self.url)
+        return server_address(self._client)
+
+
+class AsyncConn(_Addressed):
     """An async client plus whether we must close it, and (for long-lived owners such as a
     Queue, a Worker or QueueEvents) a pipelined :class:`~echomq._wire.Channel` for script
     calls, opened on first use with the client's settings.
@@ -119,20 +142,6 @@ class AsyncConn:
                 "redis.asyncio.Redis client you own"
             )
         return self._client
-
-    @property
-    def address(self) -> str:
-        """Where the server is, for messages: the URL (password masked), else ``host:port``."""
-        if self.url is not None:
-            return redact_url(self.url)
-        return server_address(self._client)
-
-    @property
-    def server(self) -> str:
-        """The server's identity for per-server state: ``host:port`` or the socket path."""
-        if self.url is not None:
-            return url_address(self.url)
-        return server_address(self._client)
 
     @property
     def channel(self) -> Channel | None:
@@ -205,7 +214,7 @@ class AsyncConn:
 SyncFirstUse = Callable[["SyncConn"], None]
 
 
-class SyncConn:
+class SyncConn(_Addressed):
     """A sync client plus whether we must close it.
 
     Args:
@@ -247,20 +256,6 @@ class SyncConn:
                 "this object's connection was closed; pass a redis.Redis client you own"
             )
         return self._client
-
-    @property
-    def address(self) -> str:
-        """Where the server is, for messages (see :attr:`AsyncConn.address`)."""
-        if self.url is not None:
-            return redact_url(self.url)
-        return server_address(self._client)
-
-    @property
-    def server(self) -> str:
-        """The server's identity for per-server state (see :attr:`AsyncConn.server`)."""
-        if self.url is not None:
-            return url_address(self.url)
-        return server_address(self._client)
 
     def run(self, op: Op[T]) -> T:
         """Run ``op`` on the client."""

@@ -354,17 +354,12 @@ class Worker:
     async def _hand_back(self, job_id: str, token: str, why: str) -> None:
         """Put a held job back at the front of ``wait`` now (its lock stays renewed until
         then), rather than leave it to the stalled check."""
-        op = wops.move_job_from_active_to_wait(self._keys, job_id, token)
-        log = OutageLog(f"queue={self.name} job={job_id} hand back")
         try:
-            code = await call_through_outages(
-                log.what, lambda _resend: self._conn.run(op), self._give_up, log=log
-            )
+            code = await self._return_to_wait(job_id, token, "hand back")
         except Exception as exc:  # a script error: the stalled check recovers the job
             code = None
             logger.error("queue=%s job=%s could not be handed back: %s", self.name, job_id, exc)
         finally:
-            self._held.pop(token, None)
             self._handing_back.pop(token, None)
         if code is None:
             logger.warning(
@@ -373,7 +368,7 @@ class Worker:
                 self.name,
                 job_id,
             )
-        elif code >= 0 or (code == codes.JOB_LOCK_NOT_EXIST and log.resent):
+        elif code >= 0:
             logger.info(
                 "queue=%s job=%s handed back to wait: %s",
                 self.name,
@@ -737,18 +732,31 @@ class Worker:
             because,
         )
 
-    async def _rate_limited(self, job: Job, token: str) -> None:
-        op = wops.move_job_from_active_to_wait(self._keys, job.id, token)
-        log = OutageLog(f"queue={self.name} job={job.id} rate limit")
+    async def _return_to_wait(self, job_id: str, token: str, what: str) -> int | None:
+        """Move a held job from active back to the front of wait (moveJobFromActiveToWait),
+        through outages; the job is no longer held afterwards, whatever happened.
+
+        Returns the script's reply (the limiter TTL, or an error code), 0 when a resend found
+        the lock gone because the lost send had already moved the job, or None when the
+        worker gave up (closing, Redis unavailable past the deadline).
+        """
+        op = wops.move_job_from_active_to_wait(self._keys, job_id, token)
+        log = OutageLog(f"queue={self.name} job={job_id} {what}")
         try:
-            ttl = await call_through_outages(
+            code = await call_through_outages(
                 log.what, lambda _resend: self._conn.run(op), self._give_up, log=log
             )
         finally:
             self._held.pop(token, None)
+        if code == codes.JOB_LOCK_NOT_EXIST and log.resent:
+            return 0
+        return code
+
+    async def _rate_limited(self, job: Job, token: str) -> None:
+        ttl = await self._return_to_wait(job.id, token, "rate limit")
         if ttl is None:
             return
-        if ttl < 0 and not (ttl == codes.JOB_LOCK_NOT_EXIST and log.resent):
+        if ttl < 0:
             raise error_for_code(ttl, job_id=job.id, command="rate limit", state="active")
         if ttl > 0:
             self._rate_limit_until = time.monotonic() + min(ttl / 1000, MAX_RATE_LIMIT_DELAY)
