@@ -30,6 +30,7 @@ SOURCES = {
     f"{PACKAGE}/queue.py": f"{PACKAGE}/sync/_api.py",
     f"{PACKAGE}/_queue.py": f"{PACKAGE}/sync/_queue.py",
     f"{PACKAGE}/_job.py": f"{PACKAGE}/sync/_job.py",
+    f"{PACKAGE}/flows.py": f"{PACKAGE}/sync/_flows.py",
 }
 
 #: Modules imported as ``from .NAME import`` that are generated under the same name: their

@@ -19,13 +19,14 @@ from echomq.options import (
     JobOptions,
     JobOptionsDict,
     KeepJobs,
+    Parent,
     WorkerOptions,
     WorkerOptionsDict,
 )
 from echomq.protocol import fields
 
 #: TypedDict keys that accept more than the dataclass field holds after validation.
-WIDER_KEYWORDS = {"backoff"}  # a mapping or a duration, coerced to a Backoff
+WIDER_KEYWORDS = {"backoff", "parent"}  # coerced to a Backoff / a Parent
 
 
 def _members(tp: Any) -> set[Any]:
@@ -75,6 +76,8 @@ def test_wire_round_trip_of_every_option() -> None:
         stacktrace_limit=2,
         size_limit=1000,
         timestamp=1_700_000_000.5,
+        parent=Parent("p1", "bull:videos"),
+        fail_parent_on_failure=True,
     )
     wire = options.to_wire()
     assert wire == {
@@ -90,10 +93,22 @@ def test_wire_round_trip_of_every_option() -> None:
         "stackTraceLimit": 2,
         "sizeLimit": 1000,
         "timestamp": 1_700_000_000_500,
+        "parent": {"id": "p1", "queue": "bull:videos"},
+        "fpof": True,
     }
-    assert set(wire) == set(fields.OPTION_NAMES.values())
+    # One failure policy at a time: the other three are checked one by one.
+    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof"}
     back = JobOptions.from_wire(wire)
     assert back.to_wire() == wire
+    for policy, flag in [
+        ("continue_parent_on_failure", "cpof"),
+        ("ignore_dependency_on_failure", "idof"),
+        ("remove_dependency_on_failure", "rdof"),
+    ]:
+        one = JobOptions(**{policy: True})
+        assert one.to_wire() == {"attempts": 0, flag: True}
+        assert JobOptions.from_wire(one.to_wire()).failure_policy == flag
+        assert one.failure_policy == flag
     assert JobOptions().to_wire() == {"attempts": 0}
 
 

@@ -194,7 +194,14 @@ def test_import_and_docs() -> None:
     assert "echomq.sync" in (echomq.__doc__ or "")
     assert "sync" not in echomq.__all__
     assert echomq.sync.__all__ == sorted(echomq.sync.__all__)
-    assert set(echomq.sync.__all__) == {*FUNCTIONS, "Job", "Queue"}
+    assert set(echomq.sync.__all__) == {
+        *FUNCTIONS,
+        "FlowJob",
+        "FlowProducer",
+        "Job",
+        "JobNode",
+        "Queue",
+    }
     for name in echomq.sync.__all__:
         assert (getattr(echomq.sync, name).__doc__ or "").strip(), name
     assert issubclass(echomq.sync.Job, JobData)

@@ -9,6 +9,7 @@ connection does.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import inspect
 import threading
@@ -32,8 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 ASYNC_ONLY = {
     "Job": {"wait_until_finished"},  # waits on a QueueEvents, which is an event-loop reader
     "Queue": set(),
+    "FlowProducer": set(),
     "functions": set(),
 }
+#: The classes both surfaces export (the rest are module functions).
+CLASSES = {"FlowJob", "FlowProducer", "Job", "JobNode", "Queue"}
 #: Same operation, each surface's own spelling.
 RENAMED = {"aclose": "close", "__aenter__": "__enter__", "__aexit__": "__exit__"}
 
@@ -116,7 +120,7 @@ def _assert_twins(async_obj: Any, sync_obj: Any, what: str) -> None:
 
 
 def test_module_functions_match() -> None:
-    functions = {n for n in echomq.sync.__all__ if n not in {"Job", "Queue"}}
+    functions = {n for n in echomq.sync.__all__ if n not in CLASSES}
     async_functions = {
         n for n in echomq.__all__ if inspect.isfunction(getattr(echomq.queue, n, None))
     }
@@ -134,6 +138,13 @@ def test_module_functions_match() -> None:
 def test_queue_matches() -> None:
     _assert_twins(echomq.Queue, echomq.sync.Queue, "Queue")
     assert _signature(echomq.sync.Queue.__init__) == _signature(echomq.Queue.__init__)
+
+
+def test_flow_producer_matches() -> None:
+    _assert_twins(echomq.FlowProducer, echomq.sync.FlowProducer, "FlowProducer")
+    assert _signature(echomq.sync.FlowProducer.__init__) == _signature(echomq.FlowProducer.__init__)
+    assert echomq.sync.FlowJob is echomq.FlowJob  # a node holds no connection: one class
+    assert [f.name for f in dataclasses.fields(echomq.sync.JobNode)] == ["job", "children"]
 
 
 def test_job_matches() -> None:

@@ -5,6 +5,7 @@ twin over a ``redis.Redis`` client, for Django, Flask and scripts: the same func
 ``Queue`` and a ``Job``, with no event loop inside.
 """
 
+from ._flow_job import FlowJob
 from .errors import (
     ActiveJobsError,
     ConnectionNotOpenError,
@@ -58,8 +59,10 @@ from .events import (
     Waiting,
     WaitingChildren,
 )
+from .flows import FlowProducer, JobNode
 from .job import Job, JobData, JobState, ParentRef
-from .options import UNSET, Backoff, JobOptions, KeepJobs, Limiter, WorkerOptions
+from .ops.flows import Dependencies, DependencyCounts, DependencyPage
+from .options import UNSET, Backoff, JobOptions, KeepJobs, Limiter, Parent, WorkerOptions
 from .queue import (
     Metrics,
     MetricsMeta,
@@ -102,12 +105,17 @@ __all__ = [
     "Deduplicated",
     "Delayed",
     "DelayedError",
+    "Dependencies",
+    "DependencyCounts",
+    "DependencyPage",
     "Drained",
     "Duplicated",
     "EchoMQError",
     "EmbeddedRedisError",
     "Failed",
     "FailedChildrenError",
+    "FlowJob",
+    "FlowProducer",
     "InvalidJobIdError",
     "InvalidOptionError",
     "InvalidQueueNameError",
@@ -116,6 +124,7 @@ __all__ = [
     "JobData",
     "JobFailedError",
     "JobLockedError",
+    "JobNode",
     "JobNotFoundError",
     "JobNotInStateError",
     "JobOptions",
@@ -127,6 +136,7 @@ __all__ = [
     "LockMissingError",
     "Metrics",
     "MetricsMeta",
+    "Parent",
     "ParentCannotBeReplacedError",
     "ParentNotFoundError",
     "ParentRef",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
@@ -52,6 +52,39 @@ def check_cluster_keys(client: object, keys: QueueKeys) -> None:
             "would land in different Redis Cluster slots; use a prefix like '{bull}' or a "
             "queue name like '{" + keys.name + "}'"
         )
+
+
+def _hash_tag(key: str) -> str | None:
+    """The hash tag Redis Cluster hashes ``key`` by: the first non-empty ``{...}``."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def check_cluster_flow(client: object, queues: Sequence[QueueKeys]) -> None:
+    """On Redis Cluster, refuse a flow whose queues do not all share one hash tag (its
+    scripts touch keys of every queue of the flow)."""
+    is_cluster = isinstance(
+        client, (redis.asyncio.cluster.RedisCluster, redis.cluster.RedisCluster)
+    )
+    if not is_cluster:
+        return
+    first = queues[0]
+    tag = _hash_tag(first.base)
+    if tag is None:
+        raise ValidationError(
+            f"queue {first.name!r} (prefix {first.prefix!r}) has no hash tag; on Redis Cluster "
+            "every queue of a flow must carry the same one, e.g. prefix '{flows}'"
+        )
+    for keys in queues:
+        if _hash_tag(keys.base) != tag:
+            raise ValidationError(
+                f"queue {keys.name!r} (prefix {keys.prefix!r}) does not share the hash tag "
+                f"{{{tag}}} of queue {first.name!r}; on Redis Cluster every queue of a flow "
+                "must carry the same hash tag, e.g. prefix '{flows}' for all of them"
+            )
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from typing import Any
 from typing_extensions import Self
 
 from . import ops
-from .options import JobOptions
+from .options import UNSET, JobOptions
 from .protocol import fields
 from .protocol.keys import QueueKeys
 
@@ -198,7 +198,10 @@ class JobData:
     @classmethod
     def _prepared(cls, job_id: str, p: ops.PreparedJob, queue_name: str) -> Self:
         """A job of this class for ``p``, just added as ``job_id`` (not bound to a connection)."""
+        parent = p.options.parent
         return cls(
+            parent=None if parent is UNSET else ParentRef(parent.id, parent.queue),
+            parent_key=p.parent_key or None,
             id=job_id,
             name=p.name,
             data=p.data,

@@ -135,7 +135,8 @@ class PendingChildrenError(ScriptError):
 
 
 class ParentNotFoundError(ScriptError):
-    """The parent named for a child job does not exist."""
+    """The parent named for a child job does not exist (or, for ``remove_child_dependency``,
+    the job has no parent)."""
 
 
 class ParentCannotBeReplacedError(ScriptError):

@@ -20,7 +20,7 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal, TypeAlias, TypedDict
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict
 
 from .errors import InvalidOptionError
 from .protocol.fields import OPTION_NAMES
@@ -173,6 +173,92 @@ def _check_retention(value: object, field: str) -> None:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parent:
+    """The parent a job is added under (a flow): its id and its queue's qualified name.
+
+    Args:
+        id: the parent job's id.
+        queue: the parent's queue as ``"<prefix>:<name>"`` (``job.queue_qualified_name``),
+            e.g. ``"bull:videos"``.
+    """
+
+    id: str
+    queue: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id or ":" in self.id:
+            raise InvalidOptionError(
+                f"parent id must be a non-empty str without ':', got {self.id!r}"
+            )
+        if not isinstance(self.queue, str) or ":" not in self.queue.strip(":"):
+            raise InvalidOptionError(
+                "parent queue must be the qualified name '<prefix>:<queue name>' "
+                f"(job.queue_qualified_name, e.g. 'bull:videos'), got {self.queue!r}"
+            )
+
+    @property
+    def prefix(self) -> str:
+        """The parent queue's key prefix."""
+        return self.queue.rpartition(":")[0]
+
+    @property
+    def queue_name(self) -> str:
+        """The parent queue's name."""
+        return self.queue.rpartition(":")[2]
+
+    @property
+    def key(self) -> str:
+        """The parent's job key, ``"<prefix>:<name>:<id>"``."""
+        return f"{self.queue}:{self.id}"
+
+    @classmethod
+    def coerce(cls, value: object) -> Parent:
+        """Accept a Parent, a mapping ``{"id": ..., "queue": "prefix:name"}`` (Node's form), or
+        a job (anything with ``id`` and ``queue_qualified_name``)."""
+        if isinstance(value, Parent):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"id", "queue"}
+            if unknown or "id" not in value or "queue" not in value:
+                raise InvalidOptionError(
+                    "parent must be {'id': <parent job id>, 'queue': '<prefix>:<queue name>'}"
+                    f" or a Job, got {dict(value)!r}"
+                )
+            return cls(value["id"], value["queue"])
+        job_id = getattr(value, "id", None)
+        queue = getattr(value, "queue_qualified_name", None)
+        if isinstance(job_id, str) and isinstance(queue, str):
+            return cls(job_id, queue)
+        raise InvalidOptionError(
+            "parent must be {'id': <parent job id>, 'queue': '<prefix>:<queue name>'} or a Job,"
+            f" got {value!r}"
+        )
+
+
+class ParentJob(Protocol):
+    """What ``parent=`` accepts of a job: its id and its queue's qualified name."""
+
+    @property
+    def id(self) -> str:
+        """The job id."""
+        ...
+
+    @property
+    def queue_qualified_name(self) -> str:
+        """``"<prefix>:<queue name>"``."""
+        ...
+
+
+#: The four failure policies of a child job (at most one per job), by option name.
+FAILURE_POLICIES: Final = (
+    "fail_parent_on_failure",
+    "continue_parent_on_failure",
+    "ignore_dependency_on_failure",
+    "remove_dependency_on_failure",
+)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class JobOptions:
     """Options of one job. Every field is optional; ``UNSET`` means "use the default".
@@ -190,6 +276,18 @@ class JobOptions:
         stacktrace_limit: keep only the newest N stack traces.
         size_limit: refuse data whose JSON text is larger than this many bytes.
         timestamp: creation time (defaults to now).
+        parent: add the job as a child of this existing job (a :class:`Parent`, a mapping
+            ``{"id": ..., "queue": "prefix:name"}`` or a Job); the parent must exist.
+        fail_parent_on_failure: when this child fails for good, fail its parent.
+        continue_parent_on_failure: when this child fails for good, release its parent at
+            once, even with other children pending.
+        ignore_dependency_on_failure: when this child fails for good, count it as done and
+            record its failure in the parent (``get_ignored_children_failures``).
+        remove_dependency_on_failure: when this child fails for good, count it as done,
+            recording nothing.
+
+    At most one of the four failure policies may be set. A child without one that fails for
+    good keeps its parent waiting (until the child is retried or removed).
     """
 
     job_id: str | _Unset = UNSET
@@ -204,6 +302,11 @@ class JobOptions:
     stacktrace_limit: int | _Unset = UNSET
     size_limit: int | _Unset = UNSET
     timestamp: Moment | _Unset = UNSET
+    parent: Parent | _Unset = UNSET
+    fail_parent_on_failure: bool | _Unset = UNSET
+    continue_parent_on_failure: bool | _Unset = UNSET
+    ignore_dependency_on_failure: bool | _Unset = UNSET
+    remove_dependency_on_failure: bool | _Unset = UNSET
 
     def __post_init__(self) -> None:
         if self.job_id is not UNSET and not isinstance(self.job_id, str):
@@ -234,6 +337,31 @@ class JobOptions:
             _check_int(self.size_limit, "size_limit", low=1)
         if self.timestamp is not UNSET:
             moment_to_ms(self.timestamp, "timestamp")
+        if self.parent is not UNSET:
+            object.__setattr__(self, "parent", Parent.coerce(self.parent))
+        chosen = []
+        for policy in FAILURE_POLICIES:
+            value = getattr(self, policy)
+            if value is UNSET:
+                continue
+            if not isinstance(value, bool):
+                raise InvalidOptionError(f"{policy} must be a bool, got {value!r}")
+            if value:
+                chosen.append(policy)
+        if len(chosen) > 1:
+            raise InvalidOptionError(
+                f"the failure policies {' and '.join(chosen)} cannot be used together; "
+                "choose one for this job"
+            )
+
+    @property
+    def failure_policy(self) -> str | None:
+        """The wire flag of the failure policy set (``fpof``, ``cpof``, ``idof``, ``rdof``) or
+        None."""
+        for policy in FAILURE_POLICIES:
+            if getattr(self, policy) is True:
+                return OPTION_NAMES[policy]
+        return None
 
     @classmethod
     def build(cls, options: Mapping[str, Any]) -> JobOptions:
@@ -286,6 +414,9 @@ class JobOptions:
                 value = _FROM_WIRE[f.name](wire[name])
                 if value is not None:
                     kw[f.name] = value
+        flags = [policy for policy in FAILURE_POLICIES if kw.get(policy) is True]
+        for policy in flags[1:]:  # a foreign writer set several: the first one acts
+            del kw[policy]
         return cls(**kw)
 
 
@@ -332,6 +463,11 @@ _TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "stacktrace_limit": _same,
     "size_limit": _same,
     "timestamp": lambda value: moment_to_ms(value, "timestamp"),
+    "parent": lambda value: {"id": value.id, "queue": value.queue},
+    "fail_parent_on_failure": _same,
+    "continue_parent_on_failure": _same,
+    "ignore_dependency_on_failure": _same,
+    "remove_dependency_on_failure": _same,
 }
 
 
@@ -397,6 +533,19 @@ def backoff_from_wire(value: Any) -> Backoff | None:
     return None
 
 
+def _bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _parent_from_wire(value: Any) -> Parent | None:
+    if isinstance(value, Mapping):
+        try:
+            return Parent(str(value.get("id")), str(value.get("queue")))
+        except InvalidOptionError:
+            return None
+    return None
+
+
 _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "job_id": lambda value: value if isinstance(value, str) and value else None,
     "delay": _ms_to_seconds,
@@ -410,6 +559,11 @@ _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "stacktrace_limit": _count(0),
     "size_limit": _count(1),
     "timestamp": _ms_to_seconds,
+    "parent": _parent_from_wire,
+    "fail_parent_on_failure": _bool_or_none,
+    "continue_parent_on_failure": _bool_or_none,
+    "ignore_dependency_on_failure": _bool_or_none,
+    "remove_dependency_on_failure": _bool_or_none,
 }
 
 
@@ -452,6 +606,11 @@ class JobOptionsDict(TypedDict, total=False):
     stacktrace_limit: int
     size_limit: int
     timestamp: Moment
+    parent: Parent | Mapping[str, str] | ParentJob
+    fail_parent_on_failure: bool
+    continue_parent_on_failure: bool
+    ignore_dependency_on_failure: bool
+    remove_dependency_on_failure: bool
 
 
 def coerce_options(value: JobOptions | Mapping[str, Any] | None) -> JobOptions:

@@ -15,6 +15,7 @@
   KEYS[8]  pc
   KEYS[9]  delayed
   KEYS[10] marker
+  KEYS[11] completed (a duplicate child that already completed counts as processed)
 
   ARGV, 10 values per job (the i-th job's values start at ARGV[10 * (i - 1) + 1]):
   ARGV[1]  custom job id, or ""
@@ -29,8 +30,10 @@
   ARGV[10] parent JSON {"id":..,"queueKey":..}, or ""
 
   Returns: for one job, its id (string); for several, the array of their ids. A custom id
-  whose hash exists gives that id after a `duplicated` event, storing nothing.
-  Errors: -5 (in place of the id) the parent hash does not exist.
+  whose hash exists gives that id after a `duplicated` event, storing nothing; with a parent,
+  that existing job is attached to it (docs/protocol/scripts.md#step-child-add).
+  Errors (in place of the id, before anything of that job is written): -5 the parent hash does
+  not exist; -7 the existing job of that custom id belongs to another parent that exists.
 
   Which list: delay > 0 -> delayed (even with a priority); else priority > 0 -> prioritized;
   else wait (LPUSH, or RPUSH for lifo). `id` is INCRed on every call, as Node does.
@@ -38,10 +41,13 @@
 --@include "common"
 --@include "job_keys"
 --@include "enqueue"
+--@include "parent"
+--@include "child_add"
 
 local q = {
   prefix = KEYS[1], id = KEYS[2], meta = KEYS[3], events = KEYS[4], wait = KEYS[5],
   active = KEYS[6], prioritized = KEYS[7], pc = KEYS[8], delayed = KEYS[9], marker = KEYS[10],
+  completed = KEYS[11],
 }
 local max_len = nil
 local blocked = nil -- paused or maxed; adds cannot change it, so it is read once per call
@@ -55,6 +61,11 @@ local function add_one(o)
     return -5
   end
 
+  local existing = custom ~= "" and redis.call("EXISTS", job_hash_key(q.prefix, custom)) == 1
+  if existing and child_conflicts(job_hash_key(q.prefix, custom), parent_key) then
+    return -7
+  end
+
   local counter = redis.call("INCR", q.id)
   max_len = max_len or max_events(q.meta)
   local job_id = custom
@@ -63,7 +74,10 @@ local function add_one(o)
   end
   local job_key = job_hash_key(q.prefix, job_id)
 
-  if custom ~= "" and redis.call("EXISTS", job_key) == 1 then
+  if existing then
+    if parent_key ~= "" and attach_existing_child(q, job_id, job_key, parent_key, parent_json) then
+      release_if_no_pending(q, parent_key, parent_json, tonumber(ts))
+    end
     redis.call("XADD", q.events, "MAXLEN", "~", max_len, "*", "event", "duplicated",
       "jobId", job_id)
     return job_id

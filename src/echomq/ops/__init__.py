@@ -5,7 +5,9 @@ async client and ``op.run_sync(client)`` on a sync one, so the async and sync AP
 shells. Validation happens while an op is built, so a refused call never reaches Redis.
 
 Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``jobs`` (getters and
-single-job operations), ``admin`` (queue-wide operations), ``worker`` (fetching and finishing).
+single-job operations), ``admin`` (queue-wide operations), ``worker`` (fetching and finishing),
+``flows`` (a job's children: reads, waiting for them, unlinking and removing them; imported as
+``ops.flows``, its types re-exported by :mod:`echomq`).
 This package is internal. It must not import :mod:`echomq.job`: the job model imports it to
 bind its methods to these builders.
 """

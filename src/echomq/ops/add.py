@@ -10,10 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
-from ..errors import InvalidJobIdError, PayloadError, ValidationError
+from ..errors import (
+    InvalidJobIdError,
+    ParentCannotBeReplacedError,
+    ParentNotFoundError,
+    PayloadError,
+    ValidationError,
+)
 from ..options import EMPTY_OPTIONS, UNSET, JobOptions, coerce_options, moment_to_ms, to_ms
-from ..protocol import fields
-from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys
+from ..protocol import codes, fields
+from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys, queue_keys
 from ._base import (
     CommandOp,
     MappedOp,
@@ -60,6 +66,9 @@ class PreparedJob:
     timestamp_ms: int
     delay_ms: int
     priority: int
+    #: the parent's job key and the child's ``parent`` JSON ("" without a parent)
+    parent_key: str = ""
+    parent_json: str = ""
 
 
 _EMPTY_OPTS_JSON = fields.dumps(EMPTY_OPTIONS.to_wire())
@@ -101,7 +110,33 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
     delay = to_ms(options.delay, "delay") if options.delay is not UNSET else 0
     priority = options.priority if options.priority is not UNSET else 0
     opts_json = _opts_json(options)
-    return PreparedJob(name, data, data_json, options, opts_json, timestamp, delay, priority)
+    parent_key = parent_json = ""
+    if options.parent is not UNSET:
+        parent = options.parent
+        queue_keys(parent.queue_name, parent.prefix)  # a parent queue that cannot exist
+        parent_key = parent.key
+        parent_json = parent_field(parent.id, parent.queue, options.failure_policy)
+    return PreparedJob(
+        name,
+        data,
+        data_json,
+        options,
+        opts_json,
+        timestamp,
+        delay,
+        priority,
+        parent_key,
+        parent_json,
+    )
+
+
+def parent_field(parent_id: str, queue_key: str, policy: str | None) -> str:
+    """A child's ``parent`` field: the parent's id and qualified queue name, plus the flag of
+    its failure policy (``fpof``, ``cpof``, ``idof``, ``rdof``) when it has one."""
+    ref: dict[str, Any] = {"id": parent_id, "queueKey": queue_key}
+    if policy is not None:
+        ref[policy] = True
+    return fields.dumps(ref)
 
 
 def add_job(
@@ -116,21 +151,38 @@ def add_job(
             the child is stored with ``parentKey``/``parent`` and joins its dependencies.
     """
     custom = job.options.job_id if job.options.job_id is not UNSET else ""
-    return ScriptOp(
-        scripts.get("addJob"),
-        keys.script_keys["addJob"],
-        _job_args(job, parent),
-        lambda reply: to_str(check_code(reply, job_id=custom or None, command="add")),
-    )
+    args = _job_args(job, parent)
+    parent_key = str(args[8])
+
+    def parse(reply: Any) -> str:
+        if reply == codes.PARENT_JOB_NOT_EXIST:
+            raise ParentNotFoundError(
+                f"the parent job {parent_key} does not exist, so the child was not added; "
+                "add the parent first (or use a FlowProducer to add both at once)",
+                code=reply,
+                job_id=custom or None,
+                command="add",
+            )
+        if reply == codes.PARENT_JOB_CANNOT_BE_REPLACED:
+            raise ParentCannotBeReplacedError(
+                f"job {custom} already exists as the child of another parent, so it cannot be "
+                f"added under {parent_key}; nothing was written",
+                code=reply,
+                job_id=custom,
+                command="add",
+            )
+        return to_str(check_code(reply, job_id=custom or None, command="add"))
+
+    return ScriptOp(scripts.get("addJob"), keys.script_keys["addJob"], args, parse)
 
 
 def _job_args(job: PreparedJob, parent: tuple[QueueKeys, str] | None = None) -> list[scripts.Arg]:
     """The 10 ARGV values of one job for the addJob script."""
-    parent_key = parent_json = ""
+    parent_key, parent_json = job.parent_key, job.parent_json
     if parent is not None:
         parent_keys, parent_id = parent
         parent_key = parent_keys.job(parent_id)
-        parent_json = fields.dumps({"id": parent_id, "queueKey": parent_keys.qualified})
+        parent_json = parent_field(parent_id, parent_keys.qualified, job.options.failure_policy)
     return [
         job.options.job_id if job.options.job_id is not UNSET else "",
         job.name,

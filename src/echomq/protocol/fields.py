@@ -55,6 +55,11 @@ OPTION_NAMES: Final = MappingProxyType(
         "stacktrace_limit": "stackTraceLimit",
         "size_limit": "sizeLimit",
         "timestamp": "timestamp",
+        "parent": "parent",
+        "fail_parent_on_failure": "fpof",
+        "continue_parent_on_failure": "cpof",
+        "ignore_dependency_on_failure": "idof",
+        "remove_dependency_on_failure": "rdof",
     }
 )
 

@@ -61,6 +61,22 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "pc",
         "delayed",
         "marker",
+        "completed",
+    ),
+    # The first node's queue; other queues of a flow are derived from their node's prefix.
+    "addFlow": (
+        "base",
+        "id",
+        "meta",
+        "events",
+        "wait",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "marker",
+        "waiting_children",
+        "completed",
     ),
     "finishAndFetch": (
         "base",
@@ -163,6 +179,33 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "active",
         "delayed",
         "prioritized",
+    ),
+    # Flow operations on one job (docs/protocol/scripts.md#script-moveToWaitingChildren and
+    # the three after it); a parent or child in another queue has its keys derived.
+    "moveToWaitingChildren": ("base", "active", "waiting_children", "stalled", "events"),
+    "getDependencyCounts": ("base",),
+    "removeChildDependency": (
+        "base",
+        "waiting_children",
+        "wait",
+        "meta",
+        "active",
+        "marker",
+        "events",
+    ),
+    "removeUnprocessedChildren": (
+        "base",
+        "completed",
+        "waiting_children",
+        "delayed",
+        "failed",
+        "prioritized",
+        "wait",
+        "paused",
+        "active",
+        "meta",
+        "events",
+        "marker",
     ),
     "obliterate": (
         "base",
@@ -289,6 +332,25 @@ class QueueKeys:
     def logs(self, job_id: str) -> str:
         """The log list of job ``job_id``."""
         return f"{self.base}{job_id}:logs"
+
+    def dependencies(self, job_id: str) -> str:
+        """The SET of job ``job_id``'s pending children (full child job keys)."""
+        return f"{self.base}{job_id}:dependencies"
+
+    def processed(self, job_id: str) -> str:
+        """The HASH of job ``job_id``'s completed children: child key -> return value JSON."""
+        return f"{self.base}{job_id}:processed"
+
+    def ignored_failures(self, job_id: str) -> str:
+        """The HASH ``<job>:failed``: children whose final failure was ignored (``idof`` /
+        ``cpof``) -> failed reason. Not the children that fail the job: see
+        :meth:`unsuccessful`."""
+        return f"{self.base}{job_id}:failed"
+
+    def unsuccessful(self, job_id: str) -> str:
+        """The ZSET ``<job>:unsuccessful``: children whose failure fails job ``job_id``
+        (``fpof``), scored by the failure time (ms)."""
+        return f"{self.base}{job_id}:unsuccessful"
 
     def worker_client_name(self, worker_name: str | None = None) -> str:
         """The CLIENT SETNAME value by which Node's ``getWorkers`` recognises a worker."""

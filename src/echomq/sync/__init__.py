@@ -22,6 +22,7 @@ A synchronous processor (``def f(job)``) run by an :class:`echomq.Worker` receiv
 :class:`Job` of this module whose methods run on the worker's connection and event loop.
 """
 
+from .._flow_job import FlowJob
 from ._api import (
     add,
     add_bulk,
@@ -45,11 +46,15 @@ from ._api import (
     retry_jobs,
     trim_events,
 )
+from ._flows import FlowProducer, JobNode
 from ._job import Job
 from ._queue import Queue
 
 __all__ = [
+    "FlowJob",
+    "FlowProducer",
     "Job",
+    "JobNode",
     "Queue",
     "add",
     "add_bulk",

@@ -11,13 +11,16 @@ that thin, and keep what only an event loop can do between ``unasync: async-only
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from .. import ops
 from .._job_model import JobData, JobState
-from ..errors import ConnectionNotOpenError, error_for_code
+from ..errors import ConnectionNotOpenError, ValidationError, error_for_code
+from ..ops import flows as flow_ops
 from ..ops import worker as wops
+from ..ops.flows import Dependencies, DependencyCounts, DependencyPage
 from ..options import Duration, moment_to_ms, to_seconds
 from ..protocol import codes
 from ..protocol.keys import QueueKeys
@@ -64,6 +67,13 @@ class Job(JobData):
         job._keys = keys
         job._conn = conn
         return job
+
+    @property
+    def queue_qualified_name(self) -> str:
+        """The job's queue as ``"<prefix>:<name>"``: what ``parent=`` names a parent by."""
+        if self._keys is None:
+            raise ValidationError(f"job {self.id} was built unbound: its queue is not known")
+        return self._keys.qualified
 
     @property
     def token(self) -> str | None:
@@ -244,3 +254,187 @@ class Job(JobData):
         """
         keys, conn = self._bound()
         return conn.run(ops.remove_job(keys, self.id, remove_children=remove_children))
+
+    # -- flows: this job as a parent ------------------------------------------------------
+
+    def get_children_values(self) -> dict[str, Any]:
+        """The return values of this job's completed children.
+
+        Returns:
+            Full child job key (``prefix:queue:id``, children may live in other queues) ->
+            the child's decoded return value.
+        """
+        keys, conn = self._bound()
+        return conn.run(flow_ops.get_children_values(keys, self.id))
+
+    def get_ignored_children_failures(self) -> dict[str, str]:
+        """The children whose final failure this job ignores (those added with
+        ``ignore_dependency_on_failure`` or ``continue_parent_on_failure``).
+
+        Returns:
+            Full child job key -> the child's failed reason, as stored.
+        """
+        keys, conn = self._bound()
+        return conn.run(flow_ops.get_ignored_children_failures(keys, self.id))
+
+    def get_failed_children_values(self) -> dict[str, str]:
+        """Deprecated alias of :meth:`get_ignored_children_failures` (BullMQ's old name).
+
+        Beware the name: this returns the *ignored* failures, not the children whose failure
+        fails this job (``fail_parent_on_failure``); those are
+        ``(job.get_dependencies()).failed``.
+
+        Returns:
+            Full child job key -> the child's failed reason, as stored.
+        """
+        return self.get_ignored_children_failures()
+
+    def get_dependencies(
+        self,
+        *,
+        processed: DependencyPage | bool | None = None,
+        unprocessed: DependencyPage | bool | None = None,
+        failed: DependencyPage | bool | None = None,
+        ignored: DependencyPage | bool | None = None,
+    ) -> Dependencies:
+        """This job's children: completed, pending, failed and ignored.
+
+        Called without arguments it reads all four parts whole. Pass a part as ``True`` (the
+        first page of 20) or as a :class:`~echomq.DependencyPage` to read a page of it; only
+        the parts passed are read, and each comes with the cursor of its next page (0 when
+        it was read to the end)::
+
+            page = job.get_dependencies(unprocessed=DependencyPage(count=100))
+            while page.next_unprocessed_cursor:
+                cursor = DependencyPage(page.next_unprocessed_cursor, 100)
+                page = job.get_dependencies(unprocessed=cursor)
+
+        Args:
+            processed: completed children and their return values.
+            unprocessed: children still pending.
+            failed: children whose failure fails this job (``fail_parent_on_failure``).
+            ignored: children whose failure was ignored, with their failed reasons.
+
+        Returns:
+            The parts read; a part not asked for is None.
+
+        Raises:
+            ValidationError: a part is neither a bool, None nor a DependencyPage, or every
+                part is False.
+        """
+        keys, conn = self._bound()
+        op = flow_ops.get_dependencies(
+            keys,
+            self.id,
+            processed=processed,
+            unprocessed=unprocessed,
+            failed=failed,
+            ignored=ignored,
+        )
+        return conn.run(op)
+
+    def get_dependencies_count(
+        self,
+        *,
+        processed: bool = True,
+        unprocessed: bool = True,
+        failed: bool = True,
+        ignored: bool = True,
+    ) -> DependencyCounts:
+        """How many children this job has in each part, read at one moment.
+
+        Args:
+            processed: count the completed children.
+            unprocessed: count the pending children.
+            failed: count the children whose failure fails this job.
+            ignored: count the children whose failure was ignored.
+
+        Returns:
+            The counts; a part not counted is None.
+
+        Raises:
+            ValidationError: every part is False.
+        """
+        keys, conn = self._bound()
+        op = flow_ops.get_dependency_counts(
+            keys,
+            self.id,
+            processed=processed,
+            unprocessed=unprocessed,
+            failed=failed,
+            ignored=ignored,
+        )
+        return conn.run(op)
+
+    def move_to_waiting_children(
+        self, token: str | None = None, *, child: Mapping[str, str] | None = None
+    ) -> bool:
+        """From a processor: park this active job until its pending children finish.
+
+        The "step job" pattern: the processor adds children with this job as their parent,
+        calls this method and, when it returns True, raises
+        :class:`~echomq.WaitingChildrenError` so the worker moves on without recording an
+        outcome. The job runs again (from the start of the processor) once its last pending
+        child finishes. The ignored failures of children do not hold it back.
+
+        Args:
+            token: the lock token; defaults to the one the worker took the job with
+                (:attr:`token`). With neither, ``"0"`` skips the lock check.
+            child: wait only if this one child is still pending:
+                ``{"id": child.id, "queue": child.queue_qualified_name}``.
+
+        Returns:
+            True when the job now waits in ``waiting-children``; False when there is nothing
+            to wait for (no pending child, or ``child`` is not pending): the job stays active
+            and the processor should go on.
+
+        Raises:
+            JobNotFoundError: the job no longer exists.
+            FailedChildrenError: a child whose failure fails this job has failed.
+            LockMismatchError: another worker holds the job's lock.
+            LockMissingError: the job's lock expired.
+            JobNotInStateError: the job is not active.
+            ValidationError: ``child`` is malformed.
+        """
+        keys, conn = self._bound()
+        child_key = "" if child is None else flow_ops.child_key(child)
+        lock = token or self._token or "0"
+        op = flow_ops.move_to_waiting_children(keys, self.id, lock, child_key, ops.now_ms())
+        return conn.run(op)
+
+    def remove_unprocessed_children(self) -> None:
+        """Delete this job's pending children, and their own pending children, recursively.
+
+        Children that completed or failed for good are kept, and so are pending children a
+        worker holds (locked) or that are in their queue's ``failed`` state. Each child
+        removed is unlinked as :meth:`remove_child_dependency` does, so a waiting job whose
+        last pending child goes is released to ``wait``; called from this job's own processor
+        it only deletes children.
+        """
+        keys, conn = self._bound()
+        conn.run(flow_ops.remove_unprocessed_children(keys, self.id))
+
+    # -- flows: this job as a child -------------------------------------------------------
+
+    def remove_child_dependency(self) -> bool:
+        """Stop this pending child from being a dependency of its parent.
+
+        The parent no longer waits for it: if it was the parent's last pending child and the
+        parent is waiting for children, the parent moves to the front of its queue's ``wait``
+        (its priority and delay are not applied). This job stays where it is, without a
+        parent (its ``parent`` fields are deleted from Redis and from this snapshot).
+
+        Returns:
+            True when it was removed; False when it was no longer a pending child (it
+            completed, or failed with a failure option such as
+            ``ignore_dependency_on_failure``).
+
+        Raises:
+            JobNotFoundError: the job no longer exists.
+            ParentNotFoundError: the job has no parent, or its parent no longer exists.
+        """
+        keys, conn = self._bound()
+        removed = conn.run(flow_ops.remove_child_dependency(keys, self.id))
+        if removed:
+            self.parent = self.parent_key = None
+        return removed

@@ -24,7 +24,7 @@ from typing import Any
 from typing_extensions import Unpack
 
 from .. import ops
-from .._connection import SyncConn, SyncConnection, check_cluster_keys
+from .._connection import SyncConn, SyncConnection, check_cluster_flow, check_cluster_keys
 from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
 from .._server_checks import check_on_first_use_sync
 from ..job import JobState
@@ -36,6 +36,9 @@ from ._job import Job
 
 def _add(conn: SyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
     prepared = ops.prepare_job(name, data, options)
+    if options.parent is not UNSET:  # its scripts touch the parent's queue too
+        parent = options.parent
+        check_cluster_flow(conn.client, [keys, queue_keys(parent.queue_name, parent.prefix)])
     try:
         job_id = conn.run(ops.add_job(keys, prepared))
     except UNREACHABLE as exc:

@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from .._retry import TRANSIENT, RetryBackoff, retrying, stop_tasks
-from ..errors import ScriptError, error_for_code
+from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
 from ..ops import now_ms
 from ..ops import worker as wops
@@ -664,6 +664,9 @@ class Worker:
         *,
         after_error: bool = False,
     ) -> None:
+        if code in _CHILDREN_CODES and finished.outcome.status == "completed":
+            self._refuse_completion(finished, code)  # the job stays held: it is still locked
+            return
         self._held.pop(finished.token, None)
         if code >= 0:
             log_outcome(self.name, finished.job, finished.outcome, finished.started)
@@ -685,6 +688,37 @@ class Worker:
         else:
             cause = log.last_error if log is not None else None
             self._report_refused(finished, code, cause)
+
+    def _refuse_completion(self, finished: _Finished, code: int) -> None:
+        """A parent's completion was refused (-4: children still pending; -9: a child failed
+        it): fail the attempt instead, with Node's message, through the normal failure path
+        (retries for -4; none for -9). The lock is still held, so the same token records it."""
+        job, token = finished.job, finished.token
+        error: Exception
+        if code == codes.JOB_HAS_FAILED_CHILDREN:
+            error = UnrecoverableError(
+                f"Cannot complete job {job.id} because it has at least one failed child. "
+                "moveToFinished"
+            )
+        else:
+            error = PendingChildrenError(
+                f"Job {job.id} has pending dependencies. moveToFinished",
+                code=code,
+                job_id=job.id,
+                command="moveToFinished",
+            )
+
+        async def fail_instead() -> None:
+            try:
+                outcome = await self._runner.failure_outcome(job, token, error)
+            finally:
+                self._running.pop(token, None)
+            self._pending.append(_Finished(job, token, outcome, finished.started))
+            assert self._flush is not None
+            self._flush.set()
+
+        # Counted as running until queued, so a closing worker waits for it.
+        self._running[token] = asyncio.get_running_loop().create_task(fail_instead())
 
     async def _record_one_by_one(self, batch: list[_Finished], error: ResponseError) -> None:
         """A batch call failed with a script error: record each outcome on its own, so one
@@ -760,6 +794,10 @@ class Worker:
             raise error_for_code(ttl, job_id=job.id, command="rate limit", state="active")
         if ttl > 0:
             self._rate_limit_until = time.monotonic() + min(ttl / 1000, MAX_RATE_LIMIT_DELAY)
+
+
+#: Codes refusing a parent's completion, which then fails (Node does the same).
+_CHILDREN_CODES = (codes.JOB_PENDING_CHILDREN, codes.JOB_HAS_FAILED_CHILDREN)
 
 
 def _fields_of(options: WorkerOptions) -> dict[str, Any]:

@@ -61,7 +61,11 @@ class _OnLoop:
         self._loop = loop
 
     def _check_thread(self) -> None:
-        if asyncio._get_running_loop() is self._loop:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: the expected case
+            return
+        if running is self._loop:
             raise RuntimeError(
                 "a sync job's methods block until the worker's event loop runs them: call them "
                 "from the sync processor's thread, not from that loop"
@@ -215,6 +219,10 @@ class JobRunner:
             extra={"queue": job.queue_name, "job_id": job.id, "status": "corrupt"},
         )
         return self._fail(job, token, UnrecoverableError(reason))
+
+    async def failure_outcome(self, job: Job, token: str, error: Exception) -> Outcome:
+        """The outcome of an attempt that failed with ``error`` (a retry, or the failure)."""
+        return await self._on_error(job, token, error)
 
     async def _on_error(self, job: Job, token: str, error: Exception) -> Outcome:
         attempts_made = job.attempts_made + 1

@@ -66,6 +66,7 @@ local function queue_keys_for(q, prefix)
     delayed = prefix .. "delayed", completed = prefix .. "completed",
     failed = prefix .. "failed", waiting_children = prefix .. "waiting-children",
     meta = prefix .. "meta", events = prefix .. "events", marker = prefix .. "marker",
+    id = prefix .. "id",
   }
 end
 

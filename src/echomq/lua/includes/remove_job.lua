@@ -40,18 +40,16 @@ local function is_current_iteration(repeat_key, job_key, job_id)
   return score ~= false and score ~= nil and iteration_id(rjk, score) == job_id
 end
 
--- Unlink a job of the script's own queue `q` that is being deleted from its parent's
--- :dependencies. When that was the parent's last pending child and the parent is in
+local detach_from_parent
+
+-- Take the job `job_key` out of the :dependencies of its parent `parent_key`; `q` is the keys
+-- table of the job's queue. When that was the parent's last pending child and the parent is in
 -- `waiting-children`:
 --   soft (hard == false): RPUSH the parent to its queue's wait + `waiting` event (prev
 --     waiting-children);
 --   hard: a parent in the same queue is deleted too (recursively, no event); a parent in
 --     another queue is RPUSHed to its wait without an event.
-local function detach_from_parent(q, job_key, hard)
-  local parent_key = redis.call("HGET", job_key, "parentKey")
-  if not parent_key then
-    return
-  end
+local function unlink_from_parent(q, parent_key, job_key, hard)
   local deps_key = job_part_key(parent_key, "dependencies")
   if redis.call("SREM", deps_key, job_key) == 0 or redis.call("SCARD", deps_key) > 0 then
     return
@@ -71,6 +69,15 @@ local function detach_from_parent(q, job_key, hard)
   if not hard then
     redis.call("XADD", pq.events, "*", "event", "waiting", "jobId", parent_id,
       "prev", "waiting-children")
+  end
+end
+
+-- Unlink a job of the script's own queue `q` that is being deleted from the parent named by
+-- its `parentKey` field (unlink_from_parent).
+detach_from_parent = function(q, job_key, hard)
+  local parent_key = redis.call("HGET", job_key, "parentKey")
+  if parent_key then
+    unlink_from_parent(q, parent_key, job_key, hard)
   end
 end
 

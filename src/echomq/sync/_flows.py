@@ -1,0 +1,169 @@
+# Generated from src/echomq/flows.py by scripts/unasync.py: do not edit. Edit the source, then run
+# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+"""``FlowProducer``: add trees of parent and child jobs atomically, and read them back.
+
+``scripts/unasync.py`` generates ``echomq/sync/_flows.py`` (the blocking
+``echomq.sync.FlowProducer``) from this module, the one definition of both: edit this one.
+
+A flow is a tree of :class:`~echomq.FlowJob` nodes. Each parent waits in ``waiting-children``
+until every child has finished, then runs like any job (and reads its children's results with
+``job.get_children_values()``). Children may live in other queues and under other prefixes; on
+Redis Cluster every queue of a flow must share one hash tag. A whole tree (or every tree of
+``add_bulk``) is checked before anything is written and lands in one script call: all of it
+or nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from types import TracebackType
+
+from .._connection import SyncConn, SyncConnection, check_cluster_flow
+from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
+from .._flow_job import FlowJob
+from .._server_checks import check_on_first_use_sync
+from ..errors import ValidationError
+from ..ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
+from ..options import Duration
+from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ._job import Job
+
+
+@dataclasses.dataclass(slots=True)
+class JobNode:
+    """A job of a flow and the nodes of its children (as added, or as read back)."""
+
+    job: Job
+    children: list[JobNode] = dataclasses.field(default_factory=list)
+
+
+class FlowProducer:
+    """Adds flows (trees of jobs) and reads them back.
+
+    It holds no job: like a Queue it remembers a connection and a default prefix.
+    ``with FlowProducer(...)`` or ``producer.close()`` closes it, and the client
+    if it opened it from a URL; a client you pass is never closed.
+
+    Args:
+        connection: a ``redis.Redis`` you own, or a URL.
+        prefix: the key prefix of nodes that do not set their own.
+        connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
+            before :class:`~echomq.RedisUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        *,
+        connection: SyncConnection,
+        prefix: str = DEFAULT_PREFIX,
+        connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        if not isinstance(prefix, str) or not prefix:
+            raise ValidationError(f"prefix must be a non-empty str, got {prefix!r}")
+        self._prefix = prefix
+        budget = connect_budget(connect_timeout)
+        self._conn = SyncConn(connection, connect_timeout=budget)
+        check_on_first_use_sync(self._conn)
+
+    @property
+    def prefix(self) -> str:
+        """The default key prefix."""
+        return self._prefix
+
+    def add(self, flow: FlowJob) -> JobNode:
+        """Add one tree atomically: every job of it, or none.
+
+        Each parent waits in ``waiting-children`` until all its children have finished. A
+        node with a custom ``job_id`` that already exists is not added again: as in BullMQ,
+        the existing job is kept (a ``duplicated`` event is written) and, under a parent,
+        attached to it.
+
+        Returns:
+            The tree of added jobs.
+
+        Raises:
+            ValidationError: a bad node, option, duplicate id in the tree, a tree deeper than
+                1000 levels, or (on Redis Cluster) queues without one shared hash tag.
+            ParentNotFoundError: the root's ``parent=`` job does not exist.
+            ParentCannotBeReplacedError: a custom id names a job that belongs to another
+                parent.
+            RedisUnavailableError: Redis could not be reached or did not answer.
+
+        Nothing is written when any of these is raised.
+        """
+        if not isinstance(flow, FlowJob):
+            raise ValidationError(f"add() takes a FlowJob, got {type(flow).__name__}")
+        return (self.add_bulk([flow]))[0]
+
+    def add_bulk(self, flows: Sequence[FlowJob]) -> list[JobNode]:
+        """Add several trees in one transaction: all of them, or none (see :meth:`add`)."""
+        nodes = prepare_flows(flows, self._prefix)
+        if not nodes:
+            return []
+        check_cluster_flow(self._conn.client, flow_queues(nodes))
+        try:
+            self._conn.run(add_flow(nodes))
+        except UNREACHABLE as exc:
+            raise_unavailable(exc, self._conn.address)
+        return self._trees(nodes)
+
+    def _trees(self, nodes: list[FlowNode]) -> list[JobNode]:
+        built = [JobNode(Job._added(n.job_id, n.job, n.keys, self._conn)) for n in nodes]
+        is_child = set()
+        for node, job_node in zip(nodes, built):
+            job_node.children = [built[i] for i in node.children]
+            is_child.update(node.children)
+        return [job_node for i, job_node in enumerate(built) if i not in is_child]
+
+    def get_flow(
+        self,
+        job_id: str,
+        queue_name: str,
+        *,
+        prefix: str | None = None,
+        depth: int = 10,
+        max_children: int = 20,
+    ) -> JobNode | None:
+        """Read a job and the children recorded on it, as a tree.
+
+        Args:
+            job_id: the job at the top of the tree to read (any job, not only a root).
+            queue_name: its queue.
+            prefix: its queue's prefix (the producer's by default).
+            depth: how many levels of children to read below it.
+            max_children: how many children of each kind (processed, pending, failed,
+                ignored) to read per job, at least (small sets come whole).
+
+        Returns:
+            The tree, or None when the job does not exist. Children removed since they were
+            recorded are left out.
+        """
+        keys = queue_keys(queue_name, prefix or self._prefix)
+        raw = self._conn.run_plan(get_flow_plan(keys, job_id, depth, max_children))
+        return None if raw is None else self._read_node(raw)
+
+    def _read_node(self, raw: RawNode) -> JobNode:
+        job = Job.from_hash(raw.job_id, raw.hash, raw.keys, self._conn)
+        return JobNode(job, [self._read_node(child) for child in raw.children])
+
+    def close(self) -> None:
+        """Close the client if this producer opened it from a URL."""
+        self._conn.close()
+
+    def __enter__(self) -> FlowProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FlowProducer(prefix={self._prefix!r})"
+
+
+__all__ = ["FlowJob", "FlowProducer", "JobNode"]
