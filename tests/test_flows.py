@@ -552,3 +552,28 @@ async def test_a_parent_whose_child_failed_it_while_active_fails_unrecoverably(
         f"Cannot complete job {parent.id} because it has at least one failed child. moveToFinished"
     )
     assert h["atm"] == "1"  # unrecoverable: no retry despite attempts=3
+
+
+async def test_a_flagless_child_removed_on_failure_releases_its_parent(
+    redis: Redis, queue_name: str
+) -> None:
+    """As in Node: deleting the pending child (remove_on_fail=True) is a soft removal."""
+    async with FlowProducer(connection=redis) as flows:
+        node = await flows.add(
+            FlowJob(
+                "parent",
+                queue_name,
+                priority=5,
+                children=[FlowJob("bad", queue_name + "-c", job_id="bad", remove_on_fail=True)],
+            )
+        )
+
+    async def boom(job: Job) -> None:
+        raise RuntimeError("boom")
+
+    async with Worker(queue_name + "-c", boom, connection=redis, **FAST):
+        await reaches(redis, queue_name, node.job.id, "waiting")
+    assert not await redis.exists(f"bull:{queue_name}-c:bad")
+    assert await redis.lrange(f"bull:{queue_name}:wait", 0, -1) == [node.job.id.encode()]
+    evs = await events_of(redis, queue_name)
+    assert evs[-1] == {"event": "waiting", "jobId": node.job.id, "prev": "waiting-children"}

@@ -63,6 +63,7 @@
 --@include "job_keys"
 --@include "enqueue"
 --@include "parent"
+--@include "parents"
 --@include "fetch"
 
 local now = tonumber(ARGV[1])
@@ -229,7 +230,18 @@ local function finish(item, job_id, job_key, completed, max_len)
   if keep_count == 0 then
     delete_job_keys(job_key)
     if linked[1] then
-      redis.call("SREM", job_part_key(linked[1], "dependencies"), job_key)
+      -- Still pending (a failure without a policy): deleting it is a soft removal, which
+      -- releases a waiting parent left with nothing pending
+      -- (docs/protocol/flows-dedup-schedulers.md#child-outcomes).
+      local deps = job_part_key(linked[1], "dependencies")
+      if redis.call("SREM", deps, job_key) == 1 and redis.call("SCARD", deps) == 0 then
+        local p = parent_of(k, linked[1], linked[2])
+        if redis.call("ZREM", p.pq.waiting_children, p.id) == 1 then
+          push_parent_to_wait(p.pq, p.id)
+          redis.call("XADD", p.pq.events, "*", "event", "waiting", "jobId", p.id,
+            "prev", "waiting-children")
+        end
+      end
     end
   else
     redis.call("ZADD", target, now, job_id)
