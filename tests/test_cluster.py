@@ -271,3 +271,46 @@ def test_sync_cluster_client_connects_and_closes(redis_cluster: list[str]) -> No
         client.delete(keys.meta)
     finally:
         close_sync_cluster(client)
+
+
+async def test_flows_on_a_cluster(cluster: RedisCluster) -> None:
+    """Every queue of a flow shares one hash tag: the flow runs across queues and prefixes;
+    a flow (or a parent=) that spans hash tags is refused before anything is written."""
+    tag = "{flow-" + uuid.uuid4().hex[:6] + "}"
+    async with echomq.FlowProducer(connection=cluster, prefix=tag) as flows:  # type: ignore[arg-type]
+        node = await flows.add(
+            echomq.FlowJob(
+                "publish",
+                "videos",
+                children=[
+                    echomq.FlowJob("transcode", "transcodes", {"n": 1}),
+                    echomq.FlowJob("thumb", "thumbs", prefix=tag + "x"),
+                ],
+            )
+        )
+        assert await cluster.zscore(f"{tag}:videos:waiting-children", node.job.id) is not None
+
+        async def ok(job: echomq.Job) -> int:
+            return 1
+
+        async with (
+            Worker("transcodes", ok, connection=cluster, prefix=tag, drain_delay=0.2),  # type: ignore[arg-type]
+            Worker("thumbs", ok, connection=cluster, prefix=tag + "x", drain_delay=0.2),  # type: ignore[arg-type]
+        ):
+            await wait_for(lambda: _finished_children(cluster, tag, node.job.id), timeout=10)
+        state = await echomq.get_state("videos", node.job.id, connection=cluster, prefix=tag)  # type: ignore[arg-type]
+        assert state == "waiting"
+
+        other = "{other-" + uuid.uuid4().hex[:6] + "}"
+        with pytest.raises(echomq.ValidationError, match="hash tag"):
+            await flows.add(
+                echomq.FlowJob("p", "videos", children=[echomq.FlowJob("c", "x", prefix=other)])
+            )
+        assert not await cluster.exists(f"{other}:x:id")
+        with pytest.raises(echomq.ValidationError, match="hash tag"):
+            await echomq.add("x", "c", {}, connection=cluster, prefix=other, parent=node.job)  # type: ignore[arg-type]
+        assert not await cluster.exists(f"{other}:x:id")
+
+
+async def _finished_children(cluster: RedisCluster, tag: str, parent_id: str) -> bool:
+    return bool(await cluster.hlen(f"{tag}:videos:{parent_id}:processed") == 2)
