@@ -27,7 +27,7 @@ from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, ra
 from ._job import Job
 from ._server_checks import check_on_first_use
 from .job import JobState
-from .ops import BulkItem, Metrics, prepare_bulk
+from .ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
 from .options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 
@@ -259,6 +259,56 @@ class Queue:
     async def promote_jobs(self, count: int = ops.admin.BATCH) -> None:
         """Move every delayed job to wait now. See :func:`promote_jobs`."""
         await self._conn.run_plan(ops.promote_jobs_plan(self._keys, count))
+
+    # -- global limits (see the functions of the same names) --------------------------------
+
+    async def set_global_concurrency(self, concurrency: int) -> None:
+        """Cap the jobs active at once, queue-wide. See :func:`set_global_concurrency`."""
+        await self._conn.run(ops.set_global_concurrency(self._keys, concurrency))
+
+    async def get_global_concurrency(self) -> int | None:
+        """The global concurrency, or None. See :func:`get_global_concurrency`."""
+        return await self._conn.run(ops.get_global_concurrency(self._keys))
+
+    async def remove_global_concurrency(self) -> bool:
+        """Remove the global concurrency. See :func:`remove_global_concurrency`."""
+        return await self._conn.run(ops.remove_global_concurrency(self._keys))
+
+    async def set_global_rate_limit(self, max: int, duration: Duration) -> None:
+        """Let at most ``max`` jobs start per ``duration``. See :func:`set_global_rate_limit`."""
+        await self._conn.run(ops.set_global_rate_limit(self._keys, max, duration))
+
+    async def get_global_rate_limit(self) -> RateLimit | None:
+        """The global rate limit, or None. See :func:`get_global_rate_limit`."""
+        return await self._conn.run(ops.get_global_rate_limit(self._keys))
+
+    async def remove_global_rate_limit(self) -> bool:
+        """Remove the global rate limit. See :func:`remove_global_rate_limit`."""
+        return await self._conn.run(ops.remove_global_rate_limit(self._keys))
+
+    async def rate_limit(self, duration: Duration) -> None:
+        """Rate-limit the queue for ``duration``. See :func:`rate_limit`."""
+        await self._conn.run(ops.rate_limit(self._keys, duration))
+
+    async def get_rate_limit_ttl(self, max_jobs: int | None = None) -> float:
+        """Seconds until the rate limit lifts. See :func:`get_rate_limit_ttl`."""
+        return await self._conn.run(ops.get_rate_limit_ttl(self._keys, max_jobs))
+
+    async def remove_rate_limit_key(self) -> bool:
+        """Delete the rate-limiter key. See :func:`remove_rate_limit_key`."""
+        return await self._conn.run(ops.remove_rate_limit_key(self._keys))
+
+    async def is_maxed(self) -> bool:
+        """Whether the global concurrency is reached. See :func:`is_maxed`."""
+        return await self._conn.run(ops.is_maxed(self._keys))
+
+    async def get_counts_per_priority(self, priorities: Iterable[int]) -> dict[int, int]:
+        """Waiting jobs per priority. See :func:`get_counts_per_priority`."""
+        return await self._conn.run(ops.get_counts_per_priority(self._keys, priorities))
+
+    async def get_meta(self) -> QueueMeta:
+        """The queue's settings from its meta hash. See :func:`get_meta`."""
+        return await self._conn.run(ops.get_meta(self._keys))
 
     async def aclose(self) -> None:
         """Close the connection if this queue opened it."""

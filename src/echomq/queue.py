@@ -30,6 +30,8 @@ from .job import JobState
 from .ops import BulkItem as BulkItem
 from .ops import Metrics as Metrics
 from .ops import MetricsMeta as MetricsMeta
+from .ops import QueueMeta as QueueMeta
+from .ops import RateLimit as RateLimit
 from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
 from .protocol.keys import DEFAULT_PREFIX, queue_keys
 
@@ -531,3 +533,197 @@ async def promote_jobs(
     plan = ops.promote_jobs_plan(queue_keys(queue, prefix), count)
     async with _connected(connection) as conn:
         await conn.run_plan(plan)
+
+
+# -- global limits ---------------------------------------------------------------------------
+# Fields of the queue's meta hash (and its limiter key) that every worker, echomq or BullMQ,
+# honours when it fetches; written exactly as BullMQ's Queue writes them.
+
+
+async def set_global_concurrency(
+    queue: str, concurrency: int, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> None:
+    """Let at most ``concurrency`` jobs of the queue be active at once, across all workers.
+
+    Workers (echomq and BullMQ) take no job while ``concurrency`` jobs are active, whatever
+    their own concurrency; they see a new value at their next fetch (BullMQ's
+    ``setGlobalConcurrency``: meta field ``concurrency``).
+
+    Args:
+        queue: the queue name.
+        concurrency: an int >= 1.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``concurrency`` is not an int >= 1; nothing was written.
+    """
+    await _run(connection, ops.set_global_concurrency(queue_keys(queue, prefix), concurrency))
+
+
+async def get_global_concurrency(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> int | None:
+    """The queue's global concurrency, or None when none is set."""
+    return await _run(connection, ops.get_global_concurrency(queue_keys(queue, prefix)))
+
+
+async def remove_global_concurrency(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> bool:
+    """Remove the queue's global concurrency; True if one was set.
+
+    Idle workers notice at their next fetch (within their ``drain_delay``), or when a running
+    job finishes.
+    """
+    return await _run(connection, ops.remove_global_concurrency(queue_keys(queue, prefix)))
+
+
+async def set_global_rate_limit(
+    queue: str,
+    max: int,
+    duration: Duration,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Let the queue's workers start at most ``max`` jobs per ``duration``, all together.
+
+    It applies to every worker, echomq or BullMQ, with or without a ``limiter`` of its own:
+    the global ``max`` takes precedence over a worker's, while a worker's own window takes
+    precedence over ``duration`` (as in BullMQ). Stored in milliseconds (BullMQ's
+    ``setGlobalRateLimit``: meta fields ``max`` and ``duration``).
+
+    Args:
+        queue: the queue name.
+        max: jobs per window, an int >= 1.
+        duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``max`` is not an int >= 1 or ``duration`` is not positive;
+            nothing was written.
+    """
+    op = ops.set_global_rate_limit(queue_keys(queue, prefix), max, duration)
+    await _run(connection, op)
+
+
+async def get_global_rate_limit(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> RateLimit | None:
+    """The queue's global rate limit (``RateLimit(max, duration)``, duration in seconds), or
+    None unless both of its fields are set."""
+    return await _run(connection, ops.get_global_rate_limit(queue_keys(queue, prefix)))
+
+
+async def remove_global_rate_limit(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> bool:
+    """Remove the queue's global rate limit; True if it was set.
+
+    The window already counted stays in force until it expires (:func:`remove_rate_limit_key`
+    ends it now).
+    """
+    return await _run(connection, ops.remove_global_rate_limit(queue_keys(queue, prefix)))
+
+
+async def rate_limit(
+    queue: str, duration: Duration, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> None:
+    """Stop the queue's rate-limited workers from taking jobs for ``duration``.
+
+    Sets the limiter key as BullMQ's ``Queue.rateLimit`` does. Only workers that have a rate
+    limit honour it: one with its own ``limiter``, or any worker while a global rate limit is
+    set. Raise :class:`~echomq.RateLimitError` from a processor afterwards to put its job back
+    without counting an attempt.
+
+    Args:
+        queue: the queue name.
+        duration: seconds or a timedelta (> 0; rounded to whole milliseconds).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``duration`` is not positive; nothing was written.
+    """
+    await _run(connection, ops.rate_limit(queue_keys(queue, prefix), duration))
+
+
+async def get_rate_limit_ttl(
+    queue: str,
+    max_jobs: int | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> float:
+    """Seconds until the queue's rate limit lifts, 0.0 when it is not rate limited.
+
+    With ``max_jobs``, or else the global rate limit's ``max``, the queue is limited while the
+    jobs counted in the current window have reached it; with neither, any time left on the
+    limiter key counts (a manual :func:`rate_limit`). BullMQ's ``getRateLimitTtl`` answers
+    milliseconds, and -2 or -1 where this answers 0.0.
+
+    Args:
+        queue: the queue name.
+        max_jobs: the limit to test the current count against (an int >= 1), e.g. a worker's
+            ``limiter.max``.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``max_jobs`` is not None or an int >= 1.
+    """
+    return await _run(connection, ops.get_rate_limit_ttl(queue_keys(queue, prefix), max_jobs))
+
+
+async def remove_rate_limit_key(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> bool:
+    """Delete the queue's limiter key (the current window's count, or a manual rate limit), so
+    workers may take jobs at once; True if it existed."""
+    return await _run(connection, ops.remove_rate_limit_key(queue_keys(queue, prefix)))
+
+
+async def is_maxed(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> bool:
+    """Whether a global concurrency is set and the queue's active jobs have reached it."""
+    return await _run(connection, ops.is_maxed(queue_keys(queue, prefix)))
+
+
+async def get_counts_per_priority(
+    queue: str,
+    priorities: Iterable[int],
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> dict[int, int]:
+    """How many jobs wait at each of ``priorities``.
+
+    Priority 0 counts the ``wait`` list (jobs without a priority, wherever a paused queue
+    keeps them); any other counts the prioritized jobs of that priority.
+
+    Args:
+        queue: the queue name.
+        priorities: ints between 0 and 2**21 - 1; repeats are counted once.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        prefix: the key prefix.
+
+    Returns:
+        Priority to count, in the order first given.
+
+    Raises:
+        InvalidOptionError: a priority is not such an int.
+    """
+    op = ops.get_counts_per_priority(queue_keys(queue, prefix), priorities)
+    return await _run(connection, op)
+
+
+async def get_meta(
+    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> QueueMeta:
+    """The queue's settings from its meta hash (BullMQ's ``getMeta``): paused, global
+    concurrency, global rate limit, events stream length and the BullMQ version that last
+    opened the queue."""
+    return await _run(connection, ops.get_meta(queue_keys(queue, prefix)))

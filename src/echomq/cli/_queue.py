@@ -1,7 +1,8 @@
 """``echomq queue NAME ...``: inspect and manage one queue through the public ``Queue`` API.
 
-Each action opens a ``Queue`` on the resolved URL, does one thing and closes it. Destructive
-actions say what they did; ``obliterate`` asks for confirmation unless ``--yes``.
+Each action opens a ``Queue`` on the resolved URL, does one thing and closes it (``flow`` also
+opens a ``FlowProducer``: see :mod:`echomq.cli._flow`). Destructive actions say what they did;
+``obliterate`` asks for confirmation unless ``--yes``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from ..errors import ActiveJobsError
 from ..job import Job
 from ..queue import Queue
+from . import _flow, _limits
 from ._connect import resolve_url
 from ._errors import EXIT_FAILURE, EXIT_OK, CliError
 from ._format import dumps, table, when
@@ -63,6 +65,9 @@ def add_parser(
     p.add_argument("job_id", metavar="ID", help="the job id")
     p.set_defaults(action_fn=_job)
 
+    _flow.add_parser(actions, with_json)
+    _limits.add_parser(actions, with_json)
+
     p = actions.add_parser("pause", parents=parents, help="stop workers taking jobs")
     p.set_defaults(action_fn=_pause)
 
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     """The ``queue`` subcommand: resolve the URL, then run the chosen action."""
     url = resolve_url(args.url, args.durability)
     action: Action = args.action_fn
+    args.resolved_url = url  # for actions that open more than the Queue (flow)
 
     async def go() -> int:
         async with Queue(args.queue, connection=url, prefix=args.prefix) as q:
@@ -174,6 +180,7 @@ async def _job(q: Queue, args: argparse.Namespace) -> int:
         raise CliError(f"no job {args.job_id!r} in queue {q.name!r}", EXIT_FAILURE)
     state = await q.get_state(job.id)
     logs, log_count = await q.get_job_logs(job.id)
+    children = await _flow.children_counts(job)
     detail = {
         **_job_summary(job),
         "state": state,
@@ -187,6 +194,8 @@ async def _job(q: Queue, args: argparse.Namespace) -> int:
         "return_value": job.return_value,
         "stacktrace": job.stacktrace,
         "parent": job.parent,
+        "parent_key": _flow.parent_text(job),
+        "children": children,
         "logs": logs,
         "log_count": log_count,
     }
@@ -204,8 +213,8 @@ async def _job(q: Queue, args: argparse.Namespace) -> int:
         ("data", dumps(job.data, indent=None)),
         ("options", dumps(job.options, indent=None)),
     ]
-    if job.parent is not None:
-        rows.append(("parent", f"{job.parent.queue_key}:{job.parent.id}"))
+    rows.append(("parent", _flow.parent_text(job) or "none"))
+    rows.append(("children", _flow.children_text(children)))
     if state == "completed":
         rows.append(("return value", dumps(job.return_value, indent=None)))
     if job.failed_reason:

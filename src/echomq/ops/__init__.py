@@ -5,7 +5,8 @@ async client and ``op.run_sync(client)`` on a sync one, so the async and sync AP
 shells. Validation happens while an op is built, so a refused call never reaches Redis.
 
 Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``jobs`` (getters and
-single-job operations), ``admin`` (queue-wide operations), ``worker`` (fetching and finishing),
+single-job operations), ``admin`` (queue-wide operations), ``limits`` (global concurrency, rate
+limits and the meta hash), ``worker`` (fetching and finishing),
 ``flows`` (a job's children: reads, waiting for them, unlinking and removing them; imported as
 ``ops.flows``, its types re-exported by :mod:`echomq`).
 This package is internal. It must not import :mod:`echomq.job`: the job model imports it to
@@ -78,6 +79,22 @@ from .jobs import (
     update_data,
     update_progress,
 )
+from .limits import (
+    QueueMeta,
+    RateLimit,
+    get_counts_per_priority,
+    get_global_concurrency,
+    get_global_rate_limit,
+    get_meta,
+    get_rate_limit_ttl,
+    is_maxed,
+    rate_limit,
+    remove_global_concurrency,
+    remove_global_rate_limit,
+    remove_rate_limit_key,
+    set_global_concurrency,
+    set_global_rate_limit,
+)
 
 __all__ = [
     "BulkItem",
@@ -138,4 +155,18 @@ __all__ = [
     "update_data",
     "update_progress",
     "validate_job_id",
+    "QueueMeta",
+    "RateLimit",
+    "get_counts_per_priority",
+    "get_global_concurrency",
+    "get_global_rate_limit",
+    "get_meta",
+    "get_rate_limit_ttl",
+    "is_maxed",
+    "rate_limit",
+    "remove_global_concurrency",
+    "remove_global_rate_limit",
+    "remove_rate_limit_key",
+    "set_global_concurrency",
+    "set_global_rate_limit",
 ]

@@ -28,7 +28,7 @@ from .._connection import SyncConn, SyncConnection, check_cluster_flow, check_cl
 from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
 from .._server_checks import check_on_first_use_sync
 from ..job import JobState
-from ..ops import BulkItem, Metrics, prepare_bulk
+from ..ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
 from ..protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from ._job import Job
@@ -261,6 +261,56 @@ class Queue:
     def promote_jobs(self, count: int = ops.admin.BATCH) -> None:
         """Move every delayed job to wait now. See :func:`promote_jobs`."""
         self._conn.run_plan(ops.promote_jobs_plan(self._keys, count))
+
+    # -- global limits (see the functions of the same names) --------------------------------
+
+    def set_global_concurrency(self, concurrency: int) -> None:
+        """Cap the jobs active at once, queue-wide. See :func:`set_global_concurrency`."""
+        self._conn.run(ops.set_global_concurrency(self._keys, concurrency))
+
+    def get_global_concurrency(self) -> int | None:
+        """The global concurrency, or None. See :func:`get_global_concurrency`."""
+        return self._conn.run(ops.get_global_concurrency(self._keys))
+
+    def remove_global_concurrency(self) -> bool:
+        """Remove the global concurrency. See :func:`remove_global_concurrency`."""
+        return self._conn.run(ops.remove_global_concurrency(self._keys))
+
+    def set_global_rate_limit(self, max: int, duration: Duration) -> None:
+        """Let at most ``max`` jobs start per ``duration``. See :func:`set_global_rate_limit`."""
+        self._conn.run(ops.set_global_rate_limit(self._keys, max, duration))
+
+    def get_global_rate_limit(self) -> RateLimit | None:
+        """The global rate limit, or None. See :func:`get_global_rate_limit`."""
+        return self._conn.run(ops.get_global_rate_limit(self._keys))
+
+    def remove_global_rate_limit(self) -> bool:
+        """Remove the global rate limit. See :func:`remove_global_rate_limit`."""
+        return self._conn.run(ops.remove_global_rate_limit(self._keys))
+
+    def rate_limit(self, duration: Duration) -> None:
+        """Rate-limit the queue for ``duration``. See :func:`rate_limit`."""
+        self._conn.run(ops.rate_limit(self._keys, duration))
+
+    def get_rate_limit_ttl(self, max_jobs: int | None = None) -> float:
+        """Seconds until the rate limit lifts. See :func:`get_rate_limit_ttl`."""
+        return self._conn.run(ops.get_rate_limit_ttl(self._keys, max_jobs))
+
+    def remove_rate_limit_key(self) -> bool:
+        """Delete the rate-limiter key. See :func:`remove_rate_limit_key`."""
+        return self._conn.run(ops.remove_rate_limit_key(self._keys))
+
+    def is_maxed(self) -> bool:
+        """Whether the global concurrency is reached. See :func:`is_maxed`."""
+        return self._conn.run(ops.is_maxed(self._keys))
+
+    def get_counts_per_priority(self, priorities: Iterable[int]) -> dict[int, int]:
+        """Waiting jobs per priority. See :func:`get_counts_per_priority`."""
+        return self._conn.run(ops.get_counts_per_priority(self._keys, priorities))
+
+    def get_meta(self) -> QueueMeta:
+        """The queue's settings from its meta hash. See :func:`get_meta`."""
+        return self._conn.run(ops.get_meta(self._keys))
 
     def close(self) -> None:
         """Close the connection if this queue opened it."""
