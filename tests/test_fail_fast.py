@@ -4,20 +4,26 @@ Two unreachable servers: a closed port (refused at once), and a listener that ac
 connections and never answers (what hangs a client: the handshake waits for a reply). The add
 must raise :class:`echomq.RedisUnavailableError` within ``connect_timeout`` (plus scheduling
 slack), with a message naming the URL (password masked) or, for a client the caller passed,
-``host:port``.
+``host:port``. A third server answers like Redis, slowly if asked, in plain TCP or TLS: a
+handshake slower than the budget fails, and a connection that made it in time keeps the
+caller's ``socket_timeout``.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio
+import redis.connection
 import redis.exceptions
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
@@ -56,6 +62,119 @@ class SilentServer:
         self._listener.close()
         for conn in self.accepted:
             conn.close()
+
+
+# A self-signed certificate for 127.0.0.1 (EC P-256), for the TLS server below; the clients
+# do not verify it.
+_TLS_CERT = """-----BEGIN CERTIFICATE-----
+MIIBkDCCATagAwIBAgIUUfb4RFMN7Q9FuN6G9GmEgHw7rA8wCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJMTI3LjAuMC4xMCAXDTI2MTIwMjExMzkzMloYDzIxMjYxMTA4
+MTEzOTMyWjAUMRIwEAYDVQQDDAkxMjcuMC4wLjEwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAAQdjv9M7sKvB1kkXYK6tfaOmyQPJz6vYJw2k1z7I/z47M7mFyIWDUrq
+FSc3u7ZFcKoPTi9Ih/yB4v6Ky5LOlNVQo2QwYjAdBgNVHQ4EFgQUsvqRiqdgitlG
+V9GzBF7Gk9oFBC8wHwYDVR0jBBgwFoAUsvqRiqdgitlGV9GzBF7Gk9oFBC8wDwYD
+VR0TAQH/BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0gAMEUC
+IQD/GrwYTvU8K7Cib+P3pdbB46ybbjZ+aJiUNLXjTGNYYAIgW6Tvhg+NMUkUeAGB
+GH6fHYmu110SAArR+rfirv4lHPY=
+-----END CERTIFICATE-----
+"""
+_TLS_KEY = """-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgAl5YTeV5KZ4xnHYD
+fDSpsmyR2RvpWz1NEVl5q8eUqNShRANCAAQdjv9M7sKvB1kkXYK6tfaOmyQPJz6v
+YJw2k1z7I/z47M7mFyIWDUrqFSc3u7ZFcKoPTi9Ih/yB4v6Ky5LOlNVQ
+-----END PRIVATE KEY-----
+"""
+_TLS_OPTIONS: dict[str, object] = {"ssl_cert_reqs": "none", "ssl_check_hostname": False}
+
+
+def _parse_command(buffer: bytes) -> tuple[list[bytes], bytes] | None:
+    """The first whole command (a RESP array of bulk strings) in ``buffer``, and the rest."""
+    head, sep, rest = buffer.partition(b"\r\n")
+    if not sep:
+        return None
+    args: list[bytes] = []
+    for _ in range(int(head[1:])):
+        line, sep, rest = rest.partition(b"\r\n")
+        if not sep or len(rest) < int(line[1:]) + 2:
+            return None
+        size = int(line[1:])
+        args.append(rest[:size])
+        rest = rest[size + 2 :]
+    return args, rest
+
+
+class SlowServer:
+    """A TCP (or TLS) listener, in threads, that answers each command ``delay`` seconds late:
+    PONG to PING, a nil to ``BLPOP`` once its timeout has passed, OK to anything else."""
+
+    def __init__(self, delay: float, tls: ssl.SSLContext | None = None) -> None:
+        self.delay = delay
+        self._tls = tls
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self.port: int = self._listener.getsockname()[1]
+        self.accepted = 0
+        self.commands: list[bytes] = []  # the name of each command answered
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._serve, daemon=True)]
+        self._threads[0].start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            thread = threading.Thread(target=self._answer, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5.0)
+            if self._tls is not None:
+                conn = self._tls.wrap_socket(conn, server_side=True)
+            conn.settimeout(0.05)
+            pending = b""
+            while not self._stop.is_set():
+                try:
+                    chunk = conn.recv(4096)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    return
+                pending += chunk
+                while (parsed := _parse_command(pending)) is not None:
+                    args, pending = parsed
+                    name = args[0].upper()
+                    wait = self.delay + (float(args[-1]) if name == b"BLPOP" else 0.0)
+                    if self._stop.wait(wait):
+                        return
+                    self.commands.append(name)
+                    reply = {b"PING": b"+PONG\r\n", b"BLPOP": b"*-1\r\n"}.get(name, b"+OK\r\n")
+                    conn.sendall(reply)
+        except OSError:
+            pass  # the client went away
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._threads[0].join()  # no connection is accepted after this
+        for thread in self._threads[1:]:
+            thread.join()
+        self._listener.close()
+
+
+@pytest.fixture
+def tls_context(tmp_path: Path) -> ssl.SSLContext:
+    """A server-side TLS context with the test certificate."""
+    (tmp_path / "cert.pem").write_text(_TLS_CERT)
+    (tmp_path / "key.pem").write_text(_TLS_KEY)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    return context
 
 
 @pytest.fixture
@@ -267,6 +386,187 @@ def test_sync_client_from_url(silent: SilentServer, redis_url: str, queue_name: 
         assert echomq.sync.get_state(queue_name, job.id, connection=good) == "waiting"
     finally:
         good.close()
+
+
+@contextmanager
+def _slow_server(delay: float, tls: ssl.SSLContext | None = None) -> Iterator[SlowServer]:
+    server = SlowServer(delay, tls)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss"])
+def test_sync_handshake_slower_than_the_budget(scheme: str, tls_context: ssl.SSLContext) -> None:
+    # Each reply comes within the budget; the handshake (AUTH or HELLO, CLIENT SETINFO) does not.
+    tls = tls_context if scheme == "rediss" else None
+    options = _TLS_OPTIONS if tls else {}
+    with _slow_server(0.2, tls) as server:
+        client = echomq.sync.client_from_url(
+            _url(server.port, scheme), connect_timeout=0.3, **options
+        )
+        started = time.monotonic()
+        try:
+            with pytest.raises(echomq.RedisUnavailableError) as exc:
+                client.ping()
+        finally:
+            client.close()
+        elapsed = time.monotonic() - started
+        assert 0.25 < elapsed < 0.3 + SLACK
+        assert _masked(server.port, scheme) in str(exc.value)
+        assert "connect_timeout=0.3s" in str(exc.value)
+        assert server.accepted == 1, "the connect was retried behind the caller's back"
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss"])
+def test_sync_slow_handshake_within_the_budget(scheme: str, tls_context: ssl.SSLContext) -> None:
+    tls = tls_context if scheme == "rediss" else None
+    options = _TLS_OPTIONS if tls else {}
+    with _slow_server(0.05, tls) as server:
+        client = echomq.sync.client_from_url(
+            _url(server.port, scheme), connect_timeout=1.0, **options
+        )
+        try:
+            assert client.ping() is True
+        finally:
+            client.close()
+        assert server.commands[0] in (b"AUTH", b"HELLO")
+        assert server.commands[-1] == b"PING"
+
+
+@pytest.mark.parametrize("socket_timeout", [5.0, None])
+def test_sync_connection_keeps_the_socket_timeout_given(
+    socket_timeout: float | None, redis_url: str, queue_name: str
+) -> None:
+    # BLPOP waits longer than connect_timeout and less than socket_timeout: a socket left
+    # with the connect budget as its timeout would time out.
+    client = echomq.sync.client_from_url(
+        redis_url, connect_timeout=0.3, socket_timeout=socket_timeout
+    )
+    try:
+        assert client.ping() is True
+        assert client.blpop([f"{queue_name}:missing"], 0.8) is None
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("socket_timeout", [5.0, None])
+def test_sync_tls_connection_keeps_the_socket_timeout_given(
+    socket_timeout: float | None, tls_context: ssl.SSLContext
+) -> None:
+    # Over TLS echomq bounds the TLS handshake with the budget as socket_timeout, so it must
+    # put the caller's back on the socket once connected.
+    with _slow_server(0.0, tls_context) as server:
+        client = echomq.sync.client_from_url(
+            _url(server.port, "rediss"),
+            connect_timeout=0.3,
+            socket_timeout=socket_timeout,
+            **_TLS_OPTIONS,
+        )
+        try:
+            assert client.ping() is True
+            assert client.blpop(["missing"], 0.8) is None
+            assert client.ping() is True
+        finally:
+            client.close()
+        assert server.accepted == 1
+
+
+def test_sync_connected_client_leaves_no_thread(
+    redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counted_start(thread: threading.Thread) -> None:
+        started.append(thread)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted_start)
+    before = threading.active_count()
+    client = echomq.sync.client_from_url(redis_url, connect_timeout=0.3)
+    try:
+        first = client.client_id()
+        assert threading.active_count() == before  # the connect's timer thread has ended
+        connect_threads = len(started)
+        for i in range(300):  # each one checks a connection out of the pool: connect()
+            client.set(queue_name, i)
+            assert client.get(queue_name) == str(i).encode()
+        assert len(started) == connect_threads, "a call on a connected client started a thread"
+        assert threading.active_count() == before
+        time.sleep(0.4)  # past the budget: the connection is not cut
+        assert client.client_id() == first
+    finally:
+        client.close()
+
+
+def test_sync_connection_found_closed_connects_again(
+    redis_url: str, sync_redis: redis.Redis
+) -> None:
+    client = echomq.sync.client_from_url(redis_url, connect_timeout=0.3)
+    try:
+        first = client.client_id()
+        sync_redis.client_kill_filter(_id=str(first))
+        time.sleep(0.05)
+        second = client.client_id()  # the pool sees the closed socket and connects again
+        assert second != first
+        assert client.ping() is True
+    finally:
+        client.close()
+
+
+def test_sync_single_connection_client_reconnects_within_the_budget() -> None:
+    # redis-py reconnects a single-connection client inside its command, not through the
+    # pool's checkout (on redis-py 8 not through connect() at all): the budget holds there too.
+    with _slow_server(0.0) as server:
+        client = echomq.sync.client_from_url(
+            _url(server.port), connect_timeout=0.3, single_connection_client=True
+        )
+        try:
+            assert client.ping() is True
+            server.delay = 2.0
+            assert client.connection is not None
+            client.connection.disconnect()  # type: ignore[no-untyped-call]
+            started = time.monotonic()
+            with pytest.raises(echomq.RedisUnavailableError) as exc:
+                client.ping()
+            assert time.monotonic() - started < 0.3 + SLACK
+        finally:
+            client.close()
+        assert "connect_timeout=0.3s" in str(exc.value)
+        assert server.accepted == 2
+
+
+def test_sync_caller_redis_connect_func_runs_within_the_budget(
+    redis_url: str, silent: SilentServer
+) -> None:
+    calls: list[object] = []
+
+    def on_connect(connection: redis.connection.Connection) -> None:
+        calls.append(connection)
+        connection.on_connect()  # type: ignore[no-untyped-call]
+
+    client = echomq.sync.client_from_url(
+        redis_url, connect_timeout=0.3, redis_connect_func=on_connect
+    )
+    try:
+        assert client.ping() is True
+        assert client.ping() is True
+    finally:
+        client.close()
+    assert len(calls) == 1
+    hung = echomq.sync.client_from_url(
+        _url(silent.port), connect_timeout=0.3, redis_connect_func=on_connect
+    )
+    started = time.monotonic()
+    try:
+        with pytest.raises(echomq.RedisUnavailableError):
+            hung.ping()
+    finally:
+        hung.close()
+    assert time.monotonic() - started < 0.3 + SLACK
+    assert len(calls) == 2
 
 
 # -- validation -------------------------------------------------------------------------------

@@ -8,21 +8,28 @@ redis-py does not retry behind the caller's back (a retry would spend the budget
 
 This is done by a connection class mixed over the one redis-py picks for the URL's scheme,
 because only the connection knows when it is connecting: every path that opens a connection
-keeps the same bound, with no cost on calls over an open connection. The client's pool and a
-blocking client copied from it use that class; a pipelined channel (``_wire``), which opens its
-own connections, reads the budget from the pool's connection settings
-(:func:`fail_fast_budget`) and connects through the same :func:`connect_within`. Clients the
-caller passes are never changed; a producer call on one re-raises its connection errors and
-timeouts as ``RedisUnavailableError`` naming ``host:port`` (:func:`raise_unavailable`).
+keeps the same bound, with no cost on calls over an open connection. Both classes use only
+redis-py's public API. The async one runs the connect under :func:`connect_within`. The sync
+one bounds the TCP connect with ``socket_connect_timeout`` and redis-py's handshake, run as the
+connection's ``redis_connect_func``, with a timer that calls ``disconnect()`` (shutting the
+socket down ends a read waiting on a silent server); a TLS handshake, which redis-py runs before
+the socket is the connection's, has ``socket_timeout`` cut to the budget, and the caller's
+``socket_timeout`` is back on the socket once connected. The client's pool and a blocking
+client copied from it use that class; a pipelined channel (``_wire``), which opens its own
+connections, reads the budget from the pool's connection settings (:func:`fail_fast_budget`)
+and connects through the same :func:`connect_within`. Clients the caller passes are never
+changed; a producer call on one re-raises its connection errors and timeouts as
+``RedisUnavailableError`` naming ``host:port`` (:func:`raise_unavailable`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -116,6 +123,14 @@ def _unavailable(url: str, reason: str, budget: float) -> RedisUnavailableError:
     )
 
 
+_NO_ANSWER = "no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
+
+
+def _bounded(timeout: float | None, budget: float) -> float:
+    """A socket timeout of ``timeout`` seconds (None: none) cut to the connect budget."""
+    return budget if timeout is None else min(float(timeout), budget)
+
+
 #: Connection errors that are about the server's reachability; an authentication error is
 #: about the credentials, and is raised by redis-py as it is.
 _CONNECT_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -147,8 +162,7 @@ async def connect_within(
     except asyncio.TimeoutError:
         if cut_short is not None:
             await cut_short()
-        reason = f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
-        raise _unavailable(url, reason, budget) from None
+        raise _unavailable(url, _NO_ANSWER.format(budget=budget), budget) from None
     except _AUTH_ERRORS:
         raise
     except _CONNECT_ERRORS as exc:
@@ -174,51 +188,131 @@ class _FailFastAsync(redis.asyncio.connection.AbstractConnection):
         )
 
 
+class _Attempt:
+    """One handshake under a timer: whether the timer fired, or the handshake ended first."""
+
+    __slots__ = ("done", "expired", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = False
+        self.expired = False
+
+    def finish(self) -> bool:
+        """End the attempt; True when the timer had fired first."""
+        with self.lock:
+            self.done = True
+            return self.expired
+
+
 class _FailFastSync(redis.connection.AbstractConnection):
     """Mixed before a redis-py sync connection class: the whole connect within the budget.
 
-    A blocking socket cannot be cancelled, so the budget is applied through socket timeouts:
-    the TCP connect and a TLS handshake each get it, then redis-py's handshake replies get
-    what is left of it.
+    A blocking socket cannot be cancelled, and the socket is redis-py's, so the budget is kept
+    through public settings and methods only. The TCP connect is bounded by
+    ``socket_connect_timeout`` (the caller's, or the budget when smaller). The handshake runs
+    as the connection's ``redis_connect_func``, which redis-py calls on every connect once the
+    socket is open: there a timer set to what is left of the budget calls :meth:`disconnect`
+    when it fires, which shuts the socket down and so ends a read waiting on a silent server.
+    A TLS handshake happens before that, inside redis-py's socket opening, where no timer can
+    reach it: a TLS connection keeps ``socket_timeout`` at the budget (when smaller) while it
+    is not connected, and puts the caller's back on the attribute and on the socket once the
+    handshake is done. A connected connection costs nothing more than a flag check.
     """
 
+    #: Whether the connection opens a TLS session before redis-py's handshake.
+    _echomq_tls: ClassVar[bool] = False
+
     def __init__(self, *args: Any, echomq_connect_timeout: float, echomq_url: str, **kwargs: Any):
+        budget = echomq_connect_timeout
+        connect_timeout = kwargs.get("socket_connect_timeout")
+        if connect_timeout is None:  # redis-py's default: the socket_timeout
+            connect_timeout = kwargs.get("socket_timeout")
+        kwargs["socket_connect_timeout"] = _bounded(connect_timeout, budget)
+        self._echomq_user_connect_func = kwargs.get("redis_connect_func")
+        # A plain function, called by redis-py as redis_connect_func(connection).
+        kwargs["redis_connect_func"] = _FailFastSync._echomq_handshake
         super().__init__(*args, **kwargs)
-        self._echomq_budget = echomq_connect_timeout
+        self._echomq_budget = budget
         self._echomq_url = echomq_url
-        self._echomq_deadline = 0.0
+        self._echomq_deadline: float | None = None
+        self._echomq_connected = False
+        self._echomq_given_timeout = self.socket_timeout  # the caller's
+        self._echomq_tls_timeout = _bounded(self.socket_timeout, budget)
+        if self._echomq_tls:
+            self.socket_timeout = self._echomq_tls_timeout
 
     def connect(self) -> None:
-        if self._sock is not None:
+        if self._echomq_connected:  # redis-py calls connect() at every pool checkout
             return
         budget = self._echomq_budget
-        saved = self.socket_timeout
         self._echomq_deadline = time.monotonic() + budget
-        self.socket_connect_timeout = budget
-        self.socket_timeout = budget  # what redis-py sets on the socket for a TLS handshake
         try:
             super().connect()  # type: ignore[no-untyped-call]
-        except _AUTH_ERRORS:
+        except (RedisUnavailableError, *_AUTH_ERRORS):
             raise
         except _CONNECT_ERRORS as exc:
-            if isinstance(exc, RedisUnavailableError):
-                raise
             timed_out = isinstance(exc, (RedisTimeoutError, TimeoutError))
-            reason = (
-                f"no answer within connect_timeout={budget:g}s (TCP connect and handshake)"
-                if timed_out
-                else str(exc)
-            )
+            reason = _NO_ANSWER.format(budget=budget) if timed_out else str(exc)
             raise _unavailable(self._echomq_url, reason, budget) from exc
         finally:
-            self.socket_timeout = saved
-            if self._sock is not None:
-                self._sock.settimeout(saved)
+            self._echomq_deadline = None
 
-    def _connect(self) -> Any:
-        sock = super()._connect()  # type: ignore[no-untyped-call,safe-super]
-        sock.settimeout(max(self._echomq_deadline - time.monotonic(), 0.001))
-        return sock
+    def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self._echomq_connected = False
+        if self._echomq_tls:
+            self.socket_timeout = self._echomq_tls_timeout  # bounds the next TLS handshake
+        super().disconnect(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def _echomq_handshake(self) -> None:
+        """redis-py's handshake (or the caller's ``redis_connect_func``) within the budget."""
+        budget = self._echomq_budget
+        if self._echomq_tls:
+            self.socket_timeout = self._echomq_given_timeout  # what the handshake's parser keeps
+        # A reconnect redis-py starts itself, not through connect(), gets a budget of its own.
+        deadline = self._echomq_deadline or time.monotonic() + budget
+        left = deadline - time.monotonic()
+        if left <= 0:  # the TCP connect or the TLS handshake used it all
+            raise _unavailable(self._echomq_url, _NO_ANSWER.format(budget=budget), budget)
+        attempt = _Attempt()
+        timer = threading.Timer(left, self._echomq_expire, (attempt,))
+        timer.daemon = True
+        timer.start()
+        try:
+            if self._echomq_user_connect_func is None:
+                self.on_connect()  # type: ignore[no-untyped-call]
+            else:
+                self._echomq_user_connect_func(self)
+            if self._echomq_tls:
+                self._echomq_restore_timeout()
+        except BaseException as exc:
+            self.disconnect()  # redis-py does it for its own errors only: not half-open
+            if attempt.finish():
+                raise _unavailable(
+                    self._echomq_url, _NO_ANSWER.format(budget=budget), budget
+                ) from exc
+            raise
+        finally:
+            timer.cancel()
+            timer.join()  # no timer thread outlives its connect
+        if attempt.finish():
+            raise _unavailable(self._echomq_url, _NO_ANSWER.format(budget=budget), budget)
+        self._echomq_connected = True
+
+    def _echomq_expire(self, attempt: _Attempt) -> None:
+        """The timer's end: cut a handshake still running (in the timer's thread)."""
+        with attempt.lock:
+            if not attempt.done:
+                attempt.expired = True
+                self.disconnect()
+
+    def _echomq_restore_timeout(self) -> None:
+        """Put the caller's ``socket_timeout`` on the socket of a TLS connection."""
+        update = getattr(self, "update_current_socket_timeout", None)
+        if update is not None:  # newer redis-py: its own way to change the socket's timeout
+            update(self.socket_timeout)
+        else:  # older redis-py: a poll leaves the socket at the connection's socket_timeout
+            self.can_read(0)
 
 
 class _FailFastAsyncTCP(_FailFastAsync, redis.asyncio.connection.Connection):
@@ -238,7 +332,7 @@ class _FailFastSyncTCP(_FailFastSync, redis.connection.Connection):
 
 
 class _FailFastSyncSSL(_FailFastSync, redis.connection.SSLConnection):
-    pass
+    _echomq_tls = True
 
 
 class _FailFastSyncUnix(_FailFastSync, redis.connection.UnixDomainSocketConnection):
