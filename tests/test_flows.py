@@ -452,12 +452,12 @@ async def test_get_flow_reads_the_tree(redis: Redis, queue_name: str) -> None:
         b = next(c for c in read.children if c.job.name == "b")
         assert [d.job.name for d in b.children] == ["d"]
         assert b.children[0].job.queue_name == queue_name + "-x"
-        shallow = await flows.get_flow(added.job.id, queue_name, depth=1)
+        shallow = await flows.get_flow(added.job.id, queue_name, depth=2)
         assert shallow is not None
         assert all(c.children == [] for c in shallow.children)
         assert await flows.get_flow("missing", queue_name) is None
         with pytest.raises(ValidationError, match="depth"):
-            await flows.get_flow(added.job.id, queue_name, depth=-1)
+            await flows.get_flow(added.job.id, queue_name, depth=0)
         with pytest.raises(ValidationError, match="max_children"):
             await flows.get_flow(added.job.id, queue_name, max_children=0)
 

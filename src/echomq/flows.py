@@ -129,7 +129,8 @@ class FlowProducer:
             job_id: the job at the top of the tree to read (any job, not only a root).
             queue_name: its queue.
             prefix: its queue's prefix (the producer's by default).
-            depth: how many levels of children to read below it.
+            depth: how many levels to read, the job's own included (as BullMQ's ``getFlow``:
+                1 reads the job alone, 2 adds its children, ...).
             max_children: how many children of each kind (processed, pending, failed,
                 ignored) to read per job, at least (small sets come whole).
 

@@ -84,7 +84,11 @@ async def flow(q: Queue, args: argparse.Namespace) -> int:
         raise CliError("--max-children must be at least 1", EXIT_USAGE)
     async with FlowProducer(connection=args.resolved_url, prefix=q.prefix) as producer:
         root = await producer.get_flow(
-            args.job_id, q.name, depth=args.depth, max_children=args.max_children
+            # --depth counts levels of children; get_flow's depth counts the job too
+            args.job_id,
+            q.name,
+            depth=args.depth + 1,
+            max_children=args.max_children,
         )
         if root is None:
             raise CliError(f"no job {args.job_id!r} in queue {q.name!r}", EXIT_FAILURE)

@@ -34,7 +34,8 @@
            kind "C" complete (value = returnvalue JSON text), "F" fail (value = failedReason),
            "R" retry now (flag 1 = lifo), "D" move to delayed (flag 1 = do not count an attempt).
            keepAge/keepLimit: "" when unset; fields: flat array of hash fields to set first.
-  ARGV[3]  how many jobs to take afterwards (0 = none)
+  ARGV[3]  how many jobs to take afterwards (0 = none), less one per completion refused with
+           -4 or -9 (that parent still holds its slot)
   ARGV[4]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[5] + i - 1)
   ARGV[5]  first token counter
   ARGV[6]  lock duration (ms)
@@ -396,6 +397,16 @@ if #items > 0 then
 end
 
 local want = tonumber(ARGV[3])
+-- A parent whose completion was refused (-4, -9) stays active under its lock until the worker
+-- records its failure: its slot is not free yet (BullMQ fails it before fetching).
+for _, code in ipairs(codes) do
+  if code == -4 or code == -9 then
+    want = want - 1
+  end
+end
+if want < 0 then
+  want = 0
+end
 local fetched = {{}, 0, 0}
 local again = want > 0 and resend and taken_before(want) or {}
 if #again > 0 then

@@ -241,16 +241,16 @@ def _hash(reply: Any) -> dict[str, str]:
 def get_flow_plan(
     keys: QueueKeys, job_id: str, depth: int, max_children: int
 ) -> Plan[RawNode | None]:
-    """Read job ``job_id`` and, ``depth`` levels down, the children recorded on each job (up
-    to ``max_children`` of each kind: processed, pending, failed, ignored), one round trip per
-    level."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValidationError(f"depth must be an int >= 0, got {depth!r}")
+    """Read job ``job_id`` and the children recorded on each job (up to ``max_children`` of
+    each kind: processed, pending, failed, ignored), ``depth`` levels in all counting the job
+    itself (as BullMQ's getFlow: 1 is the job alone), one round trip per level."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValidationError(f"depth must be an int >= 1 (1: the job alone), got {depth!r}")
     if isinstance(max_children, bool) or not isinstance(max_children, int) or max_children < 1:
         raise ValidationError(f"max_children must be an int >= 1, got {max_children!r}")
     root = RawNode(keys, job_id, {}, [])
     level = [root]
-    for remaining in range(depth, -1, -1):
+    for remaining in range(depth - 1, -1, -1):
         commands = [c for n in level for c in _page_commands(n.keys.job(n.job_id), max_children)]
         replies: list[Any] = yield CommandOp(commands, lambda r: r)
         below: list[RawNode] = []

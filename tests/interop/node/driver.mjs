@@ -11,7 +11,9 @@
 // manages to print an envelope (the crash simulation exits 137 without one).
 // Anything else written with console.log goes to stderr so stdout stays clean.
 
-import { Queue, Worker, QueueEvents, FlowProducer, Job, UnrecoverableError } from 'bullmq';
+import {
+  Queue, Worker, QueueEvents, FlowProducer, Job, UnrecoverableError, WaitingChildrenError,
+} from 'bullmq';
 import IORedis from 'ioredis';
 
 console.log = (...a) => console.error(...a);
@@ -307,6 +309,33 @@ commands.addFlow = async args => {
   }
 };
 
+// FlowProducer.getFlow: the tree read back, each node with the job's decoded fields.
+// args: id, queueName (defaults to args.queue), depth, maxChildren, prefix.
+commands.getFlow = async args => {
+  const producer = new FlowProducer({
+    connection: connectionFromUrl(args.url),
+    prefix: args.prefix ?? 'bull',
+  });
+  producer.on('error', () => {});
+  try {
+    const opts = { id: String(args.id), queueName: args.queueName ?? args.queue };
+    if (args.nodePrefix !== undefined) opts.prefix = args.nodePrefix;
+    if (args.depth !== undefined) opts.depth = args.depth;
+    if (args.maxChildren !== undefined) opts.maxChildren = args.maxChildren;
+    const tree = await producer.getFlow(opts);
+    const convert = node =>
+      node && node.job
+        ? {
+            job: { ...jobFields(node.job), queueName: node.job.queueName },
+            children: (node.children ?? []).map(convert),
+          }
+        : null;
+    return convert(tree);
+  } finally {
+    await withDeadline(producer.close(), 3000);
+  }
+};
+
 commands.xrange = async args => {
   const client = await rawClient(args);
   try {
@@ -348,6 +377,11 @@ commands.waitUntilFinished = async args => {
 };
 
 // --- work -----------------------------------------------------------------
+// Flow behaviours (per job name, as the others): childrenValues / ignoredFailures record
+// job.getChildrenValues() / getIgnoredChildrenFailures() in the invocation;
+// returnChildrenValues returns the former; step {queue, prefix, name, count, ids, data, opts}
+// runs the step-job pattern (add children under the job, moveToWaitingChildren, throw
+// WaitingChildrenError; on the next run return the children's values). args.ledger: see below.
 
 
 commands.work = async args => {
@@ -361,6 +395,17 @@ commands.work = async args => {
   const stop = reason => stopResolve(reason);
 
   const behaviourFor = job => behaviour[job.name] ?? behaviour['*'] ?? {};
+  // args.ledger: a list key; every processor start RPUSHes "node:<queue>:<job id>" to it.
+  const ledger = args.ledger ? await rawClient(args) : null;
+  const stepQueues = {};
+  const stepQueue = (name, prefix) => {
+    const k = `${prefix}:${name}`;
+    if (!stepQueues[k]) {
+      stepQueues[k] = makeQueue({ url: args.url, queue: name, prefix });
+      stepQueues[k].on('error', () => {});
+    }
+    return stepQueues[k];
+  };
 
   const processor = async (job, token) => {
     const b = behaviourFor(job);
@@ -378,7 +423,30 @@ commands.work = async args => {
       delay: job.delay,
       startedAt: Date.now(),
     }));
+    if (ledger) await ledger.rpush(args.ledger, `node:${args.queue}:${job.id}`);
     writeLine({ event: 'started', jobId: job.id, name: job.name, attemptsMade: job.attemptsMade });
+    const invocation = invocations[invocations.length - 1];
+    if (b.childrenValues) invocation.childrenValues = await job.getChildrenValues();
+    if (b.ignoredFailures) invocation.ignoredFailures = await job.getIgnoredChildrenFailures();
+    if (b.step) {
+      // The step-job pattern: on the first run add children under this job, then park it in
+      // waiting-children; on the run after they finished, return their values.
+      const values = await job.getChildrenValues();
+      if (Object.keys(values).length === 0) {
+        const s = b.step;
+        const q = stepQueue(s.queue ?? args.queue, s.prefix ?? args.prefix ?? 'bull');
+        for (let i = 0; i < (s.count ?? 1); i++) {
+          const childOpts = { ...(s.opts ?? {}), parent: { id: job.id, queue: job.queueQualifiedName } };
+          if (s.ids) childOpts.jobId = s.ids[i];
+          await q.add(s.name ?? 'step-child', { i, ...(s.data ?? {}) }, childOpts);
+        }
+        const moved = await job.moveToWaitingChildren(token);
+        invocation.moved = moved;
+        if (moved) throw new WaitingChildrenError();
+        return await job.getChildrenValues();
+      }
+      return values;
+    }
 
     if (b.log !== undefined) await job.log(String(b.log));
     for (const line of b.logs ?? []) await job.log(String(line));
@@ -401,6 +469,7 @@ commands.work = async args => {
       const times = b.failTimes ?? Infinity;
       if (job.attemptsMade < times) throw new Error(String(b.fail));
     }
+    if (b.returnChildrenValues) return await job.getChildrenValues();
     if (b.echo) return job.data;
     return b.return;
   };
@@ -482,6 +551,8 @@ commands.work = async args => {
     if (!closed) closed = (await withDeadline(worker.close(true), 3000)) === 'done';
   }
   await withDeadline(running, 1000);
+  if (ledger) ledger.disconnect();
+  for (const q of Object.values(stepQueues)) await withDeadline(q.close(), 3000);
   return {
     reason,
     timedOut: reason === 'timeout',
