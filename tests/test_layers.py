@@ -16,6 +16,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 import echomq
 
 ROOT = Path(echomq.__file__).parent
@@ -166,9 +168,21 @@ def _import_alone(name: str) -> tuple[str, str]:
     return name, "" if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
 
 
+def _extra_missing(error: str) -> bool:
+    """An optional integration whose framework is not installed here may only fail with the
+    pip command to run (STYLE.md); tests/test_django_backend.py imports the Django ones where
+    Django 6 is installed."""
+    return error.startswith("ImportError:") and "pip install 'echomq[" in error
+
+
+@pytest.mark.timeout(300)  # one interpreter per module; slow on a loaded machine
 def test_each_module_imports_first_in_a_fresh_interpreter() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
-        failed = {name: error for name, error in pool.map(_import_alone, MODULES) if error}
+        failed = {
+            name: error
+            for name, error in pool.map(_import_alone, MODULES)
+            if error and not _extra_missing(error)
+        }
     assert failed == {}
 
 

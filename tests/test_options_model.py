@@ -16,6 +16,7 @@ from typing import Any
 from echomq.options import (
     UNSET,
     Backoff,
+    Deduplication,
     JobOptions,
     JobOptionsDict,
     KeepJobs,
@@ -26,7 +27,7 @@ from echomq.options import (
 from echomq.protocol import fields
 
 #: TypedDict keys that accept more than the dataclass field holds after validation.
-WIDER_KEYWORDS = {"backoff", "parent"}  # coerced to a Backoff / a Parent
+WIDER_KEYWORDS = {"backoff", "parent", "deduplication"}  # coerced to a Backoff / a Parent / ...
 
 
 def _members(tp: Any) -> set[Any]:
@@ -78,7 +79,11 @@ def test_wire_round_trip_of_every_option() -> None:
         timestamp=1_700_000_000.5,
         parent=Parent("p1", "bull:videos"),
         fail_parent_on_failure=True,
+        timeout=2.5,
     )
+    dedup = Deduplication("d1", ttl=2, extend=True, replace=True, keep_last_if_active=True)
+    dedup_wire = {"id": "d1", "ttl": 2000, "extend": True, "replace": True}
+    dedup_wire["keepLastIfActive"] = True
     wire = options.to_wire()
     assert wire == {
         "attempts": 3,
@@ -95,11 +100,20 @@ def test_wire_round_trip_of_every_option() -> None:
         "timestamp": 1_700_000_000_500,
         "parent": {"id": "p1", "queue": "bull:videos"},
         "fpof": True,
+        "emqTimeout": 2500,
     }
-    # One failure policy at a time: the other three are checked one by one.
-    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof"}
+    # One failure policy at a time: the other three are checked one by one; deduplication
+    # cannot go with a parent, so it is checked on its own.
+    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof", "de"}
     back = JobOptions.from_wire(wire)
     assert back.to_wire() == wire
+    deduplicated = JobOptions(deduplication=dedup)
+    assert deduplicated.to_wire() == {"attempts": 0, "de": dedup_wire}
+    assert JobOptions.from_wire(deduplicated.to_wire()).deduplication == dedup
+    assert JobOptions(deduplication={"id": "d2"}).to_wire()["de"] == {"id": "d2"}
+    # Node's stored form keeps the keys as given (and `reschedule`, not an echomq option)
+    node = {"de": {"replace": False, "id": "d3", "ttl": 500, "reschedule": True}}
+    assert JobOptions.from_wire(node).deduplication == Deduplication("d3", ttl=0.5)
     for policy, flag in [
         ("continue_parent_on_failure", "cpof"),
         ("ignore_dependency_on_failure", "idof"),

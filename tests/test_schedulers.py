@@ -39,8 +39,18 @@ def test_legacy_repeat_key_shape(key: str, legacy: bool) -> None:
 
 
 def test_next_options_advance_the_count_and_drop_clock_fields() -> None:
-    opts = next_iteration_options(iteration({"every": 1000, "count": 4}, priority=3), NOW)
-    assert opts == {"attempts": 2, "priority": 3, "repeat": {"every": 1000, "count": 5}}
+    planned = next_iteration_options(iteration({"every": 1000, "count": 4}, priority=3), NOW)
+    assert planned == ({"attempts": 2, "priority": 3, "repeat": {"every": 1000, "count": 5}}, None)
+
+
+def test_cron_next_options_carry_the_next_time() -> None:
+    # NOW is 2027-01-15T08:00:00Z; prevMillis later than now is BullMQ's "now".
+    job = iteration({"pattern": "*/10 * * * * *", "count": 1}, prevMillis=NOW + 20_000)
+    planned = next_iteration_options(job, NOW)
+    assert planned is not None
+    opts, next_ms = planned
+    assert next_ms == NOW + 30_000
+    assert opts["prevMillis"] == next_ms and opts["repeat"]["count"] == 2
 
 
 @pytest.mark.parametrize(
@@ -48,7 +58,7 @@ def test_next_options_advance_the_count_and_drop_clock_fields() -> None:
     [
         {"every": 1000, "count": 2, "limit": 2},  # the limit is reached
         {"every": 1000, "count": 1, "endDate": NOW - 1},  # past its end
-        {"pattern": "* * * * *", "count": 1},  # cron: not continued here
+        {"pattern": "* * * * *", "count": 1, "endDate": NOW - 1},  # cron past its end
         {"count": 1},  # neither
     ],
 )

@@ -17,10 +17,12 @@ from .errors import (
     InvalidOptionError,
     InvalidQueueNameError,
     JobBelongsToSchedulerError,
+    JobCancelledError,
     JobFailedError,
     JobLockedError,
     JobNotFoundError,
     JobNotInStateError,
+    JobTimeoutError,
     LockError,
     LockMismatchError,
     LockMissingError,
@@ -28,10 +30,13 @@ from .errors import (
     ParentNotFoundError,
     PayloadError,
     PendingChildrenError,
+    ProcessorCrashedError,
     ProcessorSignal,
     QueueNotPausedError,
     RateLimitError,
     RedisUnavailableError,
+    SchedulerIterationExistsError,
+    SchedulerSlotsBusyError,
     ScriptError,
     UnrecoverableError,
     ValidationError,
@@ -62,7 +67,16 @@ from .events import (
 from .flows import FlowProducer, JobNode
 from .job import Job, JobData, JobState, ParentRef
 from .ops.flows import Dependencies, DependencyCounts, DependencyPage
-from .options import UNSET, Backoff, JobOptions, KeepJobs, Limiter, Parent, WorkerOptions
+from .options import (
+    UNSET,
+    Backoff,
+    Deduplication,
+    JobOptions,
+    KeepJobs,
+    Limiter,
+    Parent,
+    WorkerOptions,
+)
 from .queue import (
     Metrics,
     MetricsMeta,
@@ -76,6 +90,7 @@ from .queue import (
     count,
     drain,
     get_counts_per_priority,
+    get_deduplication_job_id,
     get_global_concurrency,
     get_global_rate_limit,
     get_job,
@@ -94,6 +109,7 @@ from .queue import (
     promote_jobs,
     rate_limit,
     remove,
+    remove_deduplication_key,
     remove_global_concurrency,
     remove_global_rate_limit,
     remove_rate_limit_key,
@@ -103,6 +119,7 @@ from .queue import (
     set_global_rate_limit,
     trim_events,
 )
+from .schedulers import JobScheduler, SchedulerTemplate
 from .worker import BackoffStrategy, Processor, Worker
 
 __version__ = "0.1.0"
@@ -117,6 +134,7 @@ __all__ = [
     "Completed",
     "ConnectionNotOpenError",
     "Deduplicated",
+    "Deduplication",
     "Delayed",
     "DelayedError",
     "Dependencies",
@@ -135,6 +153,7 @@ __all__ = [
     "InvalidQueueNameError",
     "Job",
     "JobBelongsToSchedulerError",
+    "JobCancelledError",
     "JobData",
     "JobFailedError",
     "JobLockedError",
@@ -142,7 +161,9 @@ __all__ = [
     "JobNotFoundError",
     "JobNotInStateError",
     "JobOptions",
+    "JobScheduler",
     "JobState",
+    "JobTimeoutError",
     "KeepJobs",
     "Limiter",
     "LockError",
@@ -158,6 +179,7 @@ __all__ = [
     "PayloadError",
     "PendingChildrenError",
     "Processor",
+    "ProcessorCrashedError",
     "ProcessorSignal",
     "Progress",
     "Queue",
@@ -171,6 +193,9 @@ __all__ = [
     "Removed",
     "Resumed",
     "RetriesExhausted",
+    "SchedulerIterationExistsError",
+    "SchedulerSlotsBusyError",
+    "SchedulerTemplate",
     "ScriptError",
     "Stalled",
     "UNSET",
@@ -190,6 +215,7 @@ __all__ = [
     "count",
     "drain",
     "get_counts_per_priority",
+    "get_deduplication_job_id",
     "get_global_concurrency",
     "get_global_rate_limit",
     "get_job",
@@ -208,6 +234,7 @@ __all__ = [
     "promote_jobs",
     "rate_limit",
     "remove",
+    "remove_deduplication_key",
     "remove_global_concurrency",
     "remove_global_rate_limit",
     "remove_rate_limit_key",

@@ -15,12 +15,19 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import ops
 from ._job_model import JobData, JobState
-from .errors import ConnectionNotOpenError, ValidationError, error_for_code
+from ._run_state import RunState
+from .errors import (
+    ConnectionNotOpenError,
+    JobCancelledError,
+    UnrecoverableError,
+    ValidationError,
+    error_for_code,
+)
 from .ops import flows as flow_ops
 from .ops import worker as wops
 from .ops.flows import Dependencies, DependencyCounts, DependencyPage
 from .options import Duration, moment_to_ms, to_seconds
-from .protocol import codes
+from .protocol import codes, fields
 from .protocol.keys import QueueKeys
 
 # unasync: async-only
@@ -54,6 +61,7 @@ class Job(JobData):
     _keys: QueueKeys | None = dataclasses.field(default=None, repr=False)
     _conn: Runner | None = dataclasses.field(default=None, repr=False)
     _token: str | None = dataclasses.field(default=None, repr=False)
+    _run: RunState | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str], keys: QueueKeys, conn: Runner | None) -> Job:
@@ -82,6 +90,25 @@ class Job(JobData):
     def token(self) -> str | None:
         """The lock token of this job while a worker processes it (None otherwise)."""
         return self._token
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the worker running this job was asked to cancel it (``cancel_job``, or the
+        worker closing after its grace period); a sync processor checks it to stop early."""
+        return self._run is not None and self._run.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """From a processor: raise :class:`~echomq.JobCancelledError` if the job was cancelled.
+
+        A sync processor calls it between steps (a thread cannot be interrupted); an async
+        processor is cancelled at its next ``await`` without it.
+
+        Raises:
+            JobCancelledError: the job was cancelled; let it propagate.
+        """
+        run = self._run
+        if run is not None and run.cancelled:
+            raise JobCancelledError(run.reason, job_id=self.id)
 
     def _bound(self) -> tuple[QueueKeys, Runner]:
         if self._keys is None or self._conn is None:
@@ -114,6 +141,123 @@ class Job(JobData):
         reply = await conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, now))
         ops.check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
         self.delay = delay / 1000
+
+    # -- manual processing (a job taken with Worker.get_next_job) ------------------------------
+
+    def _lock(self, token: str | None) -> str:
+        lock = token or self._token
+        if not lock:
+            raise ValidationError(
+                f"job {self.id}: no lock token; pass the token the job was taken with"
+            )
+        return lock
+
+    async def _finish(self, item: list[Any], command: str) -> None:
+        keys, conn = self._bound()
+        params = wops.FetchParams(token_prefix="", lock_ms=0)
+        reply = await conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, ops.now_ms()))
+        ops.check_code(reply.codes[0], job_id=self.id, command=command, state="active")
+        self._token = None
+
+    async def move_to_completed(self, value: Any = None, token: str | None = None) -> None:
+        """Record this active job as completed with the return value ``value``.
+
+        For jobs taken with :meth:`Worker.get_next_job`; a worker's processor returns instead.
+        The job's ``removeOnComplete`` option applies (else all completed jobs are kept).
+
+        Args:
+            value: the return value, JSON-serialisable.
+            token: the lock token the job was taken with (default: the job's own).
+
+        Raises:
+            PayloadError: ``value`` is not JSON; nothing was written.
+            LockError: the lock is no longer ``token``; JobNotInStateError: the job is not
+                active; PendingChildrenError / FailedChildrenError: its children forbid it.
+        """
+        lock = self._lock(token)
+        text = fields.dumps(value, "return value")
+        keep = wops.keep_of(self.wire_options, completed=True)
+        item = wops.finish_item(
+            wops.COMPLETE, self.id, lock, text, attempts=self.attempts, keep=keep
+        )
+        await self._finish(item, "move_to_completed")
+        self.return_value = value
+
+    async def move_to_failed(self, error: BaseException, token: str | None = None) -> str:
+        """Record a failed attempt of this active job, as a worker would.
+
+        With attempts left (and not an :class:`~echomq.UnrecoverableError`), the job is retried
+        under its built-in backoff (to ``wait``, or ``delayed``); otherwise it fails. A custom
+        backoff type cannot be resolved here: the job then fails.
+
+        Args:
+            error: what the attempt failed with (its message becomes ``failed_reason``).
+            token: the lock token the job was taken with (default: the job's own).
+
+        Returns:
+            ``"failed"``, ``"retry"`` (back to wait) or ``"delayed"`` (retry after a delay).
+
+        Raises:
+            LockError: the lock is no longer ``token``; JobNotInStateError: the job is not
+                active.
+        """
+        lock = self._lock(token)
+        attempts_made = self.attempts_made + 1
+        reason, traces, update = wops.failure_update(
+            error, self.stacktrace, self.wire_options.get("stackTraceLimit")
+        )
+        delay = None
+        if not isinstance(error, UnrecoverableError) and attempts_made < self.attempts:
+            delay = wops.backoff_delay_ms(self.wire_options, attempts_made)
+        if delay is None:
+            keep = wops.keep_of(self.wire_options, completed=False)
+            item = wops.finish_item(
+                wops.FAIL, self.id, lock, reason, attempts=self.attempts, keep=keep, fields=update
+            )
+            outcome = "failed"
+        elif delay > 0:
+            item = wops.finish_item(wops.DELAY, self.id, lock, fields=update, delay_ms=delay)
+            outcome = "delayed"
+        else:
+            lifo = self.wire_options.get("lifo") is True
+            item = wops.finish_item(wops.RETRY, self.id, lock, fields=update, flag=lifo)
+            outcome = "retry"
+        await self._finish(item, "move_to_failed")
+        self.failed_reason = reason
+        self.stacktrace = traces
+        return outcome
+
+    async def move_to_wait(self, token: str | None = None) -> None:
+        """Put this active job back at the front of ``wait``, its attempt not counted.
+
+        Args:
+            token: the lock token the job was taken with (default: the job's own).
+
+        Raises:
+            LockError: the lock is no longer ``token``; JobNotFoundError: the job is gone.
+        """
+        keys, conn = self._bound()
+        lock = self._lock(token)
+        code = await conn.run(wops.move_job_from_active_to_wait(keys, self.id, lock))
+        if code < 0:
+            raise error_for_code(code, job_id=self.id, command="move_to_wait", state="active")
+        self._token = None
+
+    async def extend_lock(self, token: str | None, duration: Duration) -> bool:
+        """Keep this job's lock for ``duration`` (seconds or timedelta) from now.
+
+        Args:
+            token: the lock token the job was taken with (None: the job's own).
+            duration: how long the lock lives without another renewal.
+
+        Returns:
+            True if the lock was ``token``'s and was extended; False if it was lost.
+        """
+        keys, conn = self._bound()
+        lock = self._lock(token)
+        lock_ms = max(round(to_seconds(duration, "duration") * 1000), 1)
+        lost = await conn.run(wops.extend_locks(keys, [self.id], [lock], lock_ms))
+        return not lost
 
     async def get_state(self) -> JobState:
         """The state the job is in now (``JobState.UNKNOWN`` once it was removed)."""
@@ -181,6 +325,8 @@ class Job(JobData):
         keys, conn = self._bound()
         await conn.run(ops.update_progress(keys, self.id, progress))
         self.progress = progress
+        if self._run is not None:
+            self._run.progress(progress)
 
     async def retry(
         self,

@@ -153,6 +153,9 @@ class JobData:
     deduplication_id: str | None = None
     deferred_failure: str | None = None
     wire_options: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    #: True on the job an ``add`` returned when the add was deduplicated: nothing was added,
+    #: and this is the job that owns the deduplication window (docs/dedup.md).
+    deduplicated: bool = dataclasses.field(default=False, compare=False)
     #: Why a worker must not run this job (unreadable ``data`` / ``opts``, or required fields
     #: missing), or None. Getters ignore it and read such a job leniently.
     _corruption: str | None = dataclasses.field(default=None, init=False, repr=False)
@@ -199,6 +202,7 @@ class JobData:
     def _prepared(cls, job_id: str, p: ops.PreparedJob, queue_name: str) -> Self:
         """A job of this class for ``p``, just added as ``job_id`` (not bound to a connection)."""
         parent = p.options.parent
+        dedup = p.options.deduplication
         return cls(
             parent=None if parent is UNSET else ParentRef(parent.id, parent.queue),
             parent_key=p.parent_key or None,
@@ -209,6 +213,7 @@ class JobData:
             timestamp=ms_to_datetime(p.timestamp_ms) or _EPOCH,
             delay=p.delay_ms / 1000,
             priority=p.priority,
+            deduplication_id=None if dedup is UNSET else dedup.id,
             wire_options=fields.loads(p.opts_json),
         )
 

@@ -21,17 +21,22 @@ Tree::
     │   ├── ParentNotFoundError       (-5)
     │   ├── ParentCannotBeReplacedError (-7)
     │   ├── JobBelongsToSchedulerError (-8)
-    │   └── FailedChildrenError       (-9)
+    │   ├── FailedChildrenError       (-9)
+    │   ├── SchedulerIterationExistsError (-10)
+    │   └── SchedulerSlotsBusyError   (-11)
     ├── QueueNotPausedError                       obliterate on a running queue
     ├── ActiveJobsError                           obliterate with active jobs and no force
     ├── JobLockedError                            remove() of a job a worker holds
     ├── JobFailedError                            wait_until_finished() on a job that failed
     ├── EmbeddedRedisError                        no redis-server binary could be started
+    ├── JobTimeoutError (also TimeoutError)       an attempt ran past its ``timeout``
+    ├── ProcessorCrashedError                     the pool child running the job died
     └── ProcessorSignal                           raised *by processors* to steer the worker
         ├── UnrecoverableError                    fail now, no retry
         ├── DelayedError                          job was moved to delayed by the processor
         ├── WaitingChildrenError                  job was moved to waiting-children
-        └── RateLimitError                        put the job back and pause fetching
+        ├── RateLimitError                        put the job back and pause fetching
+        └── JobCancelledError                     the job was cancelled (``cancel_job``)
 
 ``ProcessorSignal`` subclasses are not failures of echomq: a processor raises them on purpose.
 """
@@ -151,6 +156,14 @@ class FailedChildrenError(ScriptError):
     """The job has children that failed."""
 
 
+class SchedulerIterationExistsError(ScriptError):
+    """A job with the id of a cron scheduler's next iteration exists already."""
+
+
+class SchedulerSlotsBusyError(ScriptError):
+    """An every-scheduler found jobs in its next 32 iteration slots."""
+
+
 class QueueNotPausedError(EchoMQError):
     """obliterate() needs the queue to be paused first."""
 
@@ -179,6 +192,33 @@ class JobFailedError(EchoMQError):
 
 class EmbeddedRedisError(EchoMQError):
     """No embedded redis-server could be found or started."""
+
+
+class JobTimeoutError(EchoMQError, TimeoutError):
+    """An attempt ran longer than its ``timeout`` and was stopped; it fails (and is retried
+    per ``attempts``) with the reason "timed out after N s".
+
+    Attributes:
+        timeout: the timeout in seconds.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"timed out after {timeout:g} s")
+        self.timeout = timeout
+
+
+class ProcessorCrashedError(EchoMQError):
+    """The pool child process running the job exited (a crash, ``os._exit``, a kill or the
+    OOM killer) before it answered; the job fails with this reason and is retried per
+    ``attempts``, and the child is replaced.
+
+    Attributes:
+        exitcode: the child's exit code; a negative number ``-N`` means signal ``N``.
+    """
+
+    def __init__(self, message: str, exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
 
 
 class ProcessorSignal(EchoMQError):
@@ -213,6 +253,24 @@ class RateLimitError(ProcessorSignal):
         super().__init__(message)
 
 
+class JobCancelledError(ProcessorSignal):
+    """The job was cancelled (``Worker.cancel_job``, ``Queue.cancel_job``, or the worker closing).
+
+    A sync processor raises it with ``job.raise_if_cancelled()``; an async one sees
+    ``asyncio.CancelledError`` instead. A cancelled job fails with this error (no retry), or
+    goes back to ``wait`` when the cancel asked for ``requeue``.
+
+    Attributes:
+        job_id: the job.
+        reason: why it was cancelled.
+    """
+
+    def __init__(self, reason: str = "cancelled", *, job_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.job_id = job_id
+
+
 _CODE_TO_ERROR: dict[int, tuple[type[ScriptError], str]] = {
     codes.JOB_NOT_EXIST: (JobNotFoundError, "job {job} does not exist"),
     codes.JOB_LOCK_NOT_EXIST: (
@@ -235,6 +293,14 @@ _CODE_TO_ERROR: dict[int, tuple[type[ScriptError], str]] = {
         "job {job} belongs to a job scheduler; remove the scheduler instead",
     ),
     codes.JOB_HAS_FAILED_CHILDREN: (FailedChildrenError, "job {job} has failed children"),
+    codes.SCHEDULER_JOB_ID_COLLISION: (
+        SchedulerIterationExistsError,
+        "job scheduler {job}: a job with the id of its next iteration exists already",
+    ),
+    codes.SCHEDULER_JOB_SLOTS_BUSY: (
+        SchedulerSlotsBusyError,
+        "the next iteration slots of job scheduler {job} are all taken by jobs",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ from ._connection import AsyncConn, AsyncConnection, check_cluster_flow
 from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
 from ._flow_job import FlowJob
 from ._job import Job
+from ._queue import _added
 from ._server_checks import check_on_first_use
 from .errors import ValidationError
 from .ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
@@ -75,14 +76,17 @@ class FlowProducer:
         Each parent waits in ``waiting-children`` until all its children have finished. A
         node with a custom ``job_id`` that already exists is not added again: as in BullMQ,
         the existing job is kept (a ``duplicated`` event is written) and, under a parent,
-        attached to it.
+        attached to it. A root without children may have ``deduplication``: when it is
+        deduplicated nothing is added and its node's job is the owner of the window, with
+        ``deduplicated`` set (docs/dedup.md).
 
         Returns:
             The tree of added jobs.
 
         Raises:
             ValidationError: a bad node, option, duplicate id in the tree, a tree deeper than
-                1000 levels, or (on Redis Cluster) queues without one shared hash tag.
+                1000 levels, ``deduplication`` on a node with a parent or children, or (on
+                Redis Cluster) queues without one shared hash tag.
             ParentNotFoundError: the root's ``parent=`` job does not exist.
             ParentCannotBeReplacedError: a custom id names a job that belongs to another
                 parent.
@@ -101,13 +105,14 @@ class FlowProducer:
             return []
         check_cluster_flow(self._conn.client, flow_queues(nodes))
         try:
-            await self._conn.run(add_flow(nodes))
+            outcomes = await self._conn.run(add_flow(nodes))
         except UNREACHABLE as exc:
             raise_unavailable(exc, self._conn.address)
-        return self._trees(nodes)
+        jobs = [await _added(self._conn, n.keys, o, n.job) for n, o in zip(nodes, outcomes)]
+        return self._trees(nodes, jobs)
 
-    def _trees(self, nodes: list[FlowNode]) -> list[JobNode]:
-        built = [JobNode(Job._added(n.job_id, n.job, n.keys, self._conn)) for n in nodes]
+    def _trees(self, nodes: list[FlowNode], jobs: list[Job]) -> list[JobNode]:
+        built = [JobNode(job) for job in jobs]
         is_child = set()
         for node, job_node in zip(nodes, built):
             job_node.children = [built[i] for i in node.children]

@@ -84,6 +84,14 @@ def _check_int(value: object, field: str, *, low: int, high: int | None = None) 
     return value
 
 
+def check_timeout(value: object, field: str) -> float:
+    """A job timeout in seconds: a positive duration (seconds or timedelta)."""
+    seconds = to_seconds(value, field, allow_negative=True)  # type: ignore[arg-type]
+    if seconds <= 0:
+        raise InvalidOptionError(f"{field} must be positive (seconds or timedelta), got {value!r}")
+    return seconds
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
     """How long to wait before retrying a failed attempt.
@@ -250,6 +258,74 @@ class ParentJob(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Deduplication:
+    """Add a job only when no job owns the deduplication window of ``id`` (BullMQ's
+    ``deduplication`` option; see docs/dedup.md).
+
+    An add whose window is owned creates nothing and returns the owner (``job.deduplicated``
+    is True). The window opens with the job that is added and lasts:
+
+    - without ``ttl`` (simple): until that job completes or fails;
+    - with ``ttl`` (throttle): ``ttl``, whatever happens to the job;
+    - with ``ttl`` and ``extend``: ``ttl`` from the latest add, each deduplicated add restarting it;
+    - with ``replace`` (debounce, with ``extend`` and a ``delay``): an add that finds the owner
+      still delayed deletes it and takes its place.
+
+    Args:
+        id: the deduplication id; the jobs that share it are deduplicated together.
+        ttl: how long the window lasts (seconds or timedelta; positive).
+        extend: restart the ``ttl`` on each deduplicated add.
+        replace: an add that finds the owner still delayed replaces it.
+        keep_last_if_active: an add that finds the owner active is kept aside (the latest one
+            wins) and added when the owner finishes; the window then lasts until the owner
+            finishes, whatever ``ttl`` says.
+    """
+
+    id: str
+    _: dataclasses.KW_ONLY
+    ttl: Duration | None = None
+    extend: bool = False
+    replace: bool = False
+    keep_last_if_active: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise InvalidOptionError(f"deduplication id must be a non-empty str, got {self.id!r}")
+        if self.ttl is not None and to_seconds(self.ttl, "deduplication.ttl") <= 0:
+            raise InvalidOptionError(f"deduplication.ttl must be positive, got {self.ttl!r}")
+        if self.ttl is not None and self.ttl_ms == 0:
+            raise InvalidOptionError(f"deduplication.ttl must be at least 1 ms, got {self.ttl!r}")
+        for flag in ("extend", "replace", "keep_last_if_active"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidOptionError(
+                    f"deduplication.{flag} must be a bool, got {getattr(self, flag)!r}"
+                )
+
+    @property
+    def ttl_ms(self) -> int | None:
+        """The ttl in milliseconds (wire form), or None."""
+        return None if self.ttl is None else to_ms(self.ttl, "deduplication.ttl")
+
+    @classmethod
+    def coerce(cls, value: object) -> Deduplication:
+        """Accept a Deduplication or a mapping of its fields (``{"id": ..., "ttl": ...}``)."""
+        if isinstance(value, Deduplication):
+            return value
+        if isinstance(value, Mapping):
+            allowed = {"id", "ttl", "extend", "replace", "keep_last_if_active"}
+            unknown = set(value) - allowed
+            if unknown or "id" not in value:
+                raise InvalidOptionError(
+                    f"deduplication has unknown keys {sorted(unknown)} or no id; allowed: "
+                    f"{sorted(allowed)}"
+                )
+            return cls(**value)
+        raise InvalidOptionError(
+            f"deduplication must be a Deduplication or a mapping, got {value!r}"
+        )
+
+
 #: The four failure policies of a child job (at most one per job), by option name.
 FAILURE_POLICIES: Final = (
     "fail_parent_on_failure",
@@ -285,6 +361,11 @@ class JobOptions:
             record its failure in the parent (``get_ignored_children_failures``).
         remove_dependency_on_failure: when this child fails for good, count it as done,
             recording nothing.
+        deduplication: add the job only when no job owns this deduplication window (a
+            :class:`Deduplication` or a mapping of its fields); not with ``parent``.
+        timeout: fail an attempt that runs longer than this (seconds or timedelta; positive)
+            with :class:`~echomq.JobTimeoutError`; echomq workers enforce it, Node workers
+            ignore it (see docs/workers.md, "Process isolation and timeouts").
 
     At most one of the four failure policies may be set. A child without one that fails for
     good keeps its parent waiting (until the child is retried or removed).
@@ -307,8 +388,12 @@ class JobOptions:
     continue_parent_on_failure: bool | _Unset = UNSET
     ignore_dependency_on_failure: bool | _Unset = UNSET
     remove_dependency_on_failure: bool | _Unset = UNSET
+    deduplication: Deduplication | _Unset = UNSET
+    timeout: Duration | _Unset = UNSET
 
     def __post_init__(self) -> None:
+        if self.timeout is not UNSET:
+            check_timeout(self.timeout, "timeout")
         if self.job_id is not UNSET and not isinstance(self.job_id, str):
             from .errors import InvalidJobIdError
 
@@ -353,6 +438,13 @@ class JobOptions:
                 f"the failure policies {' and '.join(chosen)} cannot be used together; "
                 "choose one for this job"
             )
+        if self.deduplication is not UNSET:
+            object.__setattr__(self, "deduplication", Deduplication.coerce(self.deduplication))
+            if self.parent is not UNSET:
+                raise InvalidOptionError(
+                    "deduplication and parent cannot be used together (as in BullMQ): a child "
+                    "job cannot be deduplicated"
+                )
 
     @property
     def failure_policy(self) -> str | None:
@@ -443,6 +535,19 @@ def _retention_to_wire(value: Retention) -> Any:
     return value
 
 
+def _dedup_to_wire(value: Deduplication) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": value.id}
+    if value.ttl_ms is not None:
+        out["ttl"] = value.ttl_ms
+    if value.extend:
+        out["extend"] = True
+    if value.replace:
+        out["replace"] = True
+    if value.keep_last_if_active:
+        out["keepLastIfActive"] = True
+    return out
+
+
 def _backoff_to_wire(value: Backoff) -> dict[str, Any]:
     out: dict[str, Any] = {"type": value.type, "delay": value.delay_ms}
     if value.jitter:
@@ -468,6 +573,8 @@ _TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "continue_parent_on_failure": _same,
     "ignore_dependency_on_failure": _same,
     "remove_dependency_on_failure": _same,
+    "deduplication": _dedup_to_wire,
+    "timeout": lambda value: max(to_ms(value, "timeout"), 1),
 }
 
 
@@ -546,6 +653,21 @@ def _parent_from_wire(value: Any) -> Parent | None:
     return None
 
 
+def _dedup_from_wire(value: Any) -> Deduplication | None:
+    """A stored ``de`` object; flags that are not booleans, and a ttl that is not a positive
+    number of ms, are read as absent (``reschedule`` is not an echomq option)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str) or not value["id"]:
+        return None
+    ttl = _ms_to_seconds(value.get("ttl"))
+    return Deduplication(
+        value["id"],
+        ttl=ttl if ttl is not None and math.isfinite(ttl) and ttl >= 0.001 else None,
+        extend=value.get("extend") is True,
+        replace=value.get("replace") is True,
+        keep_last_if_active=value.get("keepLastIfActive") is True,
+    )
+
+
 _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "job_id": lambda value: value if isinstance(value, str) and value else None,
     "delay": _ms_to_seconds,
@@ -564,6 +686,8 @@ _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "continue_parent_on_failure": _bool_or_none,
     "ignore_dependency_on_failure": _bool_or_none,
     "remove_dependency_on_failure": _bool_or_none,
+    "deduplication": _dedup_from_wire,
+    "timeout": lambda value: _ms_to_seconds(value) or None,
 }
 
 
@@ -611,6 +735,8 @@ class JobOptionsDict(TypedDict, total=False):
     continue_parent_on_failure: bool
     ignore_dependency_on_failure: bool
     remove_dependency_on_failure: bool
+    deduplication: Deduplication | Mapping[str, Any]
+    timeout: Duration
 
 
 def coerce_options(value: JobOptions | Mapping[str, Any] | None) -> JobOptions:
@@ -661,6 +787,10 @@ class WorkerOptions:
         max_started_attempts: fail jobs started more often than this (None: no limit).
         close_grace: how long ``close()`` waits for running jobs before cancelling them.
         batch_finish: record finished jobs of a worker together in one script call.
+        processes: run a sync processor in a pool of this many child processes (0: in the
+            worker's threads); see docs/workers.md, "Process isolation and timeouts".
+        max_tasks_per_child: replace a pool child after it ran this many jobs (None: never).
+        job_timeout: the timeout of jobs without their own ``timeout`` option (None: none).
     """
 
     concurrency: int = 1
@@ -677,9 +807,17 @@ class WorkerOptions:
     max_started_attempts: int | None = None
     close_grace: Duration = 30.0
     batch_finish: bool = True
+    processes: int = 0
+    max_tasks_per_child: int | None = None
+    job_timeout: Duration | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.concurrency, "concurrency", low=1)
+        _check_int(self.processes, "processes", low=0)
+        if self.max_tasks_per_child is not None:
+            _check_int(self.max_tasks_per_child, "max_tasks_per_child", low=1)
+        if self.job_timeout is not None:
+            check_timeout(self.job_timeout, "job_timeout")
         if self.name is not None and (
             not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name)
         ):
@@ -738,3 +876,6 @@ class WorkerOptionsDict(TypedDict, total=False):
     max_started_attempts: int | None
     close_grace: Duration
     batch_finish: bool
+    processes: int
+    max_tasks_per_child: int | None
+    job_timeout: Duration | None

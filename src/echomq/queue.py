@@ -398,6 +398,53 @@ async def remove(
     return await _run(connection, op)
 
 
+async def get_deduplication_job_id(
+    queue: str,
+    dedup_id: str,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> str | None:
+    """The id of the job that owns deduplication window ``dedup_id`` (the ``deduplication``
+    option), or None when the window is closed.
+
+    Args:
+        queue: the queue name.
+        dedup_id: the deduplication id.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        ValidationError: ``dedup_id`` is not a non-empty str.
+    """
+    return await _run(connection, ops.get_deduplication_job_id(queue_keys(queue, prefix), dedup_id))
+
+
+async def remove_deduplication_key(
+    queue: str,
+    dedup_id: str,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> bool:
+    """Close deduplication window ``dedup_id`` now, whichever job owns it: the next add with
+    that id is not deduplicated. The owner job is not touched.
+
+    Args:
+        queue: the queue name.
+        dedup_id: the deduplication id.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Returns:
+        True if the window was open.
+
+    Raises:
+        ValidationError: ``dedup_id`` is not a non-empty str.
+    """
+    return await _run(connection, ops.remove_deduplication_key(queue_keys(queue, prefix), dedup_id))
+
+
 async def drain(
     queue: str,
     *,

@@ -1,4 +1,5 @@
-"""The ``echomq`` command: ``worker``, ``queue`` and ``demo``, a thin layer over the public API.
+"""The ``echomq`` command: ``worker``, ``queue``, ``scheduler`` and ``demo``, a thin layer over
+the public API.
 
 This package is the only code in echomq that configures logging, installs signal handlers or
 prints. Every subcommand finds Redis the same way (``--url``, ``$ECHOMQ_REDIS_URL``, else the
@@ -19,7 +20,7 @@ import redis.exceptions
 
 from .. import __version__
 from ..errors import EchoMQError, ValidationError
-from . import _demo, _queue, _worker
+from . import _demo, _queue, _scheduler, _worker
 from ._connect import connection_options
 from ._errors import EXIT_FAILURE, EXIT_USAGE, CliError
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parents = [connection_options()]
     _worker.add_parser(subparsers, parents)
     _queue.add_parser(subparsers, parents)
+    _scheduler.add_parser(subparsers, parents)
     _demo.add_parser(subparsers, parents)
     return parser
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: ``echomq worker`` closed, but a sync processor's thread was still running: its job was
+#: handed back to wait and the process exited without waiting for the thread.
+EXIT_ABANDONED = 3
 
 
 class CliError(Exception):

@@ -1,28 +1,59 @@
 """Logging setup for the CLI: the only place in echomq that configures logging.
 
 The library logs one INFO line per job transition on ``echomq.worker``; the CLI sends every
-record at or above the chosen level to stderr, one line each.
+record at or above the chosen level to stderr, one line each: text, or with ``json`` one JSON
+object per line (``time``, ``level``, ``logger``, ``message``, the record's ``extra`` facts, and
+``exc_info`` with the traceback when there is one).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import datetime, timezone
+from typing import Any
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+FORMATS = ("text", "json")
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 _HANDLER_NAME = "echomq-cli"
+#: Attributes every LogRecord has; anything else on a record came from ``extra``.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 
 
-def configure_logging(level: str) -> None:
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in out:
+                out[key] = value
+        if record.exc_info:
+            out["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str, log_format: str = "text") -> None:
     """Log records at ``level`` and above to stderr; calling it again replaces the handler.
 
     Args:
         level: one of :data:`LEVELS`.
+        log_format: one of :data:`FORMATS`.
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(logging.Formatter(_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_FORMAT))
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)

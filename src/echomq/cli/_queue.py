@@ -112,13 +112,17 @@ def run(args: argparse.Namespace) -> int:
 async def _counts(q: Queue, args: argparse.Namespace) -> int:
     counts = await q.get_job_counts()
     paused = await q.is_paused()
+    schedulers = await q.get_job_schedulers_count()
     if args.json:
-        print(dumps({"queue": q.name, "paused": paused, "counts": counts}))
+        print(
+            dumps({"queue": q.name, "paused": paused, "counts": counts, "schedulers": schedulers})
+        )
         return EXIT_OK
     rows = [(state, n) for state, n in counts.items()]
     rows.append(("total", sum(counts.values())))
     print(f"queue {q.name}{' (paused)' if paused else ''}")
     print(table(("STATE", "JOBS"), rows))
+    print(f"job schedulers: {schedulers}")
     return EXIT_OK
 
 

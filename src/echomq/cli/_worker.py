@@ -5,7 +5,14 @@ running jobs finish within ``--close-grace``); a second one cuts the grace perio
 jobs are cancelled and handed back to ``wait`` at once. A third exits the process at once; jobs
 still running then stay active in Redis and the stalled check of any worker recovers them once
 their locks expire. Exit code 0 after a graceful stop, 128 + signal number after an immediate
-one, 1 if a graceful stop has not completed ``close_grace`` + 15 seconds after the signal.
+one, 1 if a graceful stop has not completed ``close_grace`` + 15 seconds after the signal, and
+3 when the worker closed but a sync processor's thread was still running (its job was handed
+back to wait; Python would otherwise wait for the thread before exiting).
+
+Signal handlers are installed first, before the processor is imported or a server started: a
+signal during start-up makes the worker exit (code 0) before it takes any job. With
+``--fail-fast``, a Redis that cannot be reached at start-up ends the command with code 1 and
+the reason, instead of being retried for ever.
 """
 
 from __future__ import annotations
@@ -23,14 +30,16 @@ from typing import Any, cast
 from ..options import Limiter, WorkerOptions, to_seconds
 from ..worker import Processor, Worker
 from ._connect import redact, resolve_url
-from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
-from ._logs import LEVELS, configure_logging, flush_logging
+from ._errors import EXIT_ABANDONED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
+from ._logs import FORMATS, LEVELS, configure_logging, flush_logging
 
 logger = logging.getLogger("echomq.cli")
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: Seconds past the close grace after which a stop that has not completed counts as stuck.
 _STOP_MARGIN = 15.0
+#: Seconds ``--fail-fast`` gives Redis to answer at start-up (``--connect-timeout`` changes it).
+_FAIL_FAST_TIMEOUT = 5.0
 
 
 def add_parser(
@@ -52,7 +61,29 @@ def add_parser(
         "(the current directory is importable)",
     )
     parser.add_argument("--queue", "-q", required=True, help="the queue to process")
-    parser.add_argument("--concurrency", "-c", type=int, default=1, help="jobs at once (default 1)")
+    parser.add_argument(
+        "--concurrency", "-c", type=int, help="jobs at once (default 1, or --processes)"
+    )
+    parser.add_argument(
+        "--processes",
+        "-p",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run a sync (def) processor in N child processes (default 0: in threads)",
+    )
+    parser.add_argument(
+        "--max-tasks-per-child",
+        type=int,
+        metavar="N",
+        help="replace a child process after N jobs (with --processes)",
+    )
+    parser.add_argument(
+        "--job-timeout",
+        type=float,
+        metavar="S",
+        help="fail a job running longer than S seconds (unless the job has its own timeout)",
+    )
     parser.add_argument("--name", help="worker name (shown in jobs and CLIENT LIST)")
     parser.add_argument("--lock-duration", type=float, metavar="S", help="job lock seconds")
     parser.add_argument(
@@ -83,6 +114,23 @@ def add_parser(
     )
     parser.add_argument(
         "--uvloop", action="store_true", help="run on uvloop (pip install 'echomq[uvloop]')"
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="text (default) or json: one JSON object per line",
+    )
+    parser.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="exit (code 1) if Redis cannot be reached at start-up instead of retrying",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        metavar="S",
+        help=f"with --fail-fast: seconds to reach Redis (default {_FAIL_FAST_TIMEOUT:g})",
     )
     parser.set_defaults(handler=run)
 
@@ -160,8 +208,12 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         CliError: only one of ``--limit-max`` / ``--limit-duration`` was given.
         ValidationError: an option value is out of range.
     """
-    given: dict[str, Any] = {"concurrency": args.concurrency}
+    processes = args.processes
+    concurrency = args.concurrency if args.concurrency is not None else max(processes, 1)
+    given: dict[str, Any] = {"concurrency": concurrency, "processes": processes}
     for name in (
+        "max_tasks_per_child",
+        "job_timeout",
         "name",
         "lock_duration",
         "stalled_interval",
@@ -181,12 +233,34 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
 
 def run(args: argparse.Namespace) -> int:
     """The ``worker`` subcommand."""
+    early = _EarlySignals()
+    early.install()  # before anything slow: importing the processor, starting a server
+    try:
+        return _run(args, early)
+    finally:
+        early.restore()
+
+
+def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     processor = import_processor(args.processor)
     options = worker_options(args)
     runner = _event_loop_runner(args.uvloop)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     url = resolve_url(args.url, args.durability)
-    worker = Worker(args.queue, processor, connection=url, prefix=args.prefix, options=options)
+    if early.received is not None:
+        logger.info("received %s during start-up: exiting before taking any job", early.name)
+        return EXIT_OK
+    connect_timeout = None
+    if args.fail_fast or args.connect_timeout is not None:
+        connect_timeout = args.connect_timeout or _FAIL_FAST_TIMEOUT
+    worker = Worker(
+        args.queue,
+        processor,
+        connection=url,
+        prefix=args.prefix,
+        options=options,
+        connect_timeout=connect_timeout,
+    )
     logger.info(
         "processing queue %s (prefix %s) with %s, concurrency %d, on %s",
         args.queue,
@@ -196,8 +270,50 @@ def run(args: argparse.Namespace) -> int:
         redact(url),
     )
     stuck_after = to_seconds(options.close_grace, "close_grace") + _STOP_MARGIN
-    runner(serve(worker, stuck_after=stuck_after))
+    runner(serve(worker, stuck_after=stuck_after, early=early))
+    abandoned = worker.abandoned_job_ids
+    if abandoned:
+        # Python would wait for these threads before exiting: exit now, as documented.
+        logger.error(
+            "exiting with code %d without waiting for the sync processor thread(s) of job(s) "
+            "%s, still running after the close grace; the job(s) went back to wait",
+            EXIT_ABANDONED,
+            ", ".join(abandoned),
+        )
+        flush_logging()
+        os._exit(EXIT_ABANDONED)
     return EXIT_OK
+
+
+class _EarlySignals:
+    """SIGTERM/SIGINT handlers for start-up, until the event loop installs its own: the first
+    signal is remembered (the worker then exits before taking any job), a second one exits at
+    once."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""
+
+    def install(self) -> None:
+        for sig in _SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread: the caller keeps its handlers
+                return
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.received is not None:
+            flush_logging()
+            os._exit(128 + signum)
+        self.received = signum
 
 
 def _event_loop_runner(use_uvloop: bool) -> Callable[[Any], Any]:
@@ -210,13 +326,14 @@ def _event_loop_runner(use_uvloop: bool) -> Callable[[Any], Any]:
     return cast(Callable[[Any], Any], uvloop.run)
 
 
-async def serve(worker: Worker, *, stuck_after: float) -> None:
+async def serve(worker: Worker, *, stuck_after: float, early: _EarlySignals | None = None) -> None:
     """Run ``worker`` with SIGTERM/SIGINT handlers until a graceful close completes.
 
     Args:
         worker: a worker that has not run yet.
         stuck_after: seconds after the first signal at which a close that has not completed
             is reported and the process exits with code 1, so a stop never hangs forever.
+        early: the start-up handlers; a signal they caught stops the worker before it runs.
     """
     loop = asyncio.get_running_loop()
     closing: list[asyncio.Task[None]] = []
@@ -265,6 +382,10 @@ async def serve(worker: Worker, *, stuck_after: float) -> None:
             continue
         installed.append(sig)
     try:
+        if early is not None and early.received is not None:
+            logger.info("received %s during start-up: exiting before taking any job", early.name)
+            await worker.close()
+            return
         await worker.run()
         await asyncio.gather(*closing)
     finally:

@@ -19,7 +19,7 @@
   KEYS[11] waiting-children
   KEYS[12] completed
 
-  ARGV, 12 values per node (the i-th node's values start at ARGV[12 * (i - 1) + 1]):
+  ARGV, 13 values per node (the i-th node's values start at ARGV[13 * (i - 1) + 1]):
   ARGV[1]  node queue, qualified "P:Q" (a queue reference, like a parent's queueKey)
   ARGV[2]  job id (a custom id, or one the client generated)
   ARGV[3]  name
@@ -32,10 +32,13 @@
   ARGV[10] parent key "P':Q':<id>" (a node of this call or an existing job), or ""
   ARGV[11] parent JSON {"id":..,"queueKey":..[,"fpof"|"cpof"|"idof"|"rdof":true]}, or ""
   ARGV[12] "1" with children, else "0"
+  ARGV[13] deduplication JSON (the `de` option, as addJob's ARGV[11]), or "": only on a root
+           without parent or children
 
   Returns: the array of the nodes' ids, in ARGV order. An id whose job exists is not stored
   again: it gets a `duplicated` event and, under a parent, is attached to it
-  (docs/protocol/scripts.md#step-child-add).
+  (docs/protocol/scripts.md#step-child-add). A deduplicated node stores nothing and its entry
+  is {owner id} (docs/protocol/scripts.md#step-dedup).
   Errors, as {code, node index} and before anything is written: -5 a parent that is neither a
   node of this call nor an existing job; -7 an existing job of that id belongs to another
   parent that exists.
@@ -45,13 +48,14 @@
 --@include "enqueue"
 --@include "parent"
 --@include "child_add"
+--@include "dedup"
 
 local q = {
   prefix = KEYS[1], id = KEYS[2], meta = KEYS[3], events = KEYS[4], wait = KEYS[5],
   active = KEYS[6], prioritized = KEYS[7], pc = KEYS[8], delayed = KEYS[9], marker = KEYS[10],
   waiting_children = KEYS[11], completed = KEYS[12],
 }
-local WIDTH = 12
+local WIDTH = 13
 local count = #ARGV / WIDTH
 
 -- Checks: nothing is written until every node passed.
@@ -109,27 +113,42 @@ for i = 1, count do
     redis.call("XADD", nq.events, "MAXLEN", "~", entry.max_len, "*", "event", "duplicated",
       "jobId", job_id)
   else
-    local delay_arg, priority_arg = ARGV[o + 7], ARGV[o + 8]
-    if parent_key ~= "" then
-      redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5], "opts", ARGV[o + 6],
-        "timestamp", ts, "delay", delay_arg, "priority", priority_arg,
-        "parentKey", parent_key, "parent", parent_json)
-    else
-      redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5], "opts", ARGV[o + 6],
-        "timestamp", ts, "delay", delay_arg, "priority", priority_arg)
+    local owner, dedup_id = nil, nil
+    if ARGV[o + 13] ~= "" then
+      local spec = cjson.decode(ARGV[o + 13])
+      owner = deduplicate(nq, spec, job_id, ARGV[o + 3], ARGV[o + 5], ARGV[o + 6],
+        entry.max_len)
+      dedup_id = spec.id
     end
-    redis.call("XADD", nq.events, "*", "event", "added", "jobId", job_id, "name", ARGV[o + 3])
-    if ARGV[o + 12] == "1" then
-      redis.call("ZADD", nq.waiting_children, ts, job_id)
-      redis.call("XADD", nq.events, "MAXLEN", "~", entry.max_len, "*",
-        "event", "waiting-children", "jobId", job_id)
+    if owner then
+      ids[i] = { owner }
     else
-      local delay = tonumber(delay_arg)
-      entry.blocked = enqueue_job(nq, job_id, delay, tonumber(ts) + delay,
-        tonumber(priority_arg), ARGV[o + 9] == "1", entry.max_len, entry.blocked)
-    end
-    if parent_key ~= "" then
-      redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)
+      local delay_arg, priority_arg = ARGV[o + 7], ARGV[o + 8]
+      if parent_key ~= "" then
+        redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5],
+          "opts", ARGV[o + 6], "timestamp", ts, "delay", delay_arg, "priority", priority_arg,
+          "parentKey", parent_key, "parent", parent_json)
+      elseif dedup_id then
+        redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5],
+          "opts", ARGV[o + 6], "timestamp", ts, "delay", delay_arg, "priority", priority_arg,
+          "deid", dedup_id)
+      else
+        redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5],
+          "opts", ARGV[o + 6], "timestamp", ts, "delay", delay_arg, "priority", priority_arg)
+      end
+      redis.call("XADD", nq.events, "*", "event", "added", "jobId", job_id, "name", ARGV[o + 3])
+      if ARGV[o + 12] == "1" then
+        redis.call("ZADD", nq.waiting_children, ts, job_id)
+        redis.call("XADD", nq.events, "MAXLEN", "~", entry.max_len, "*",
+          "event", "waiting-children", "jobId", job_id)
+      else
+        local delay = tonumber(delay_arg)
+        entry.blocked = enqueue_job(nq, job_id, delay, tonumber(ts) + delay,
+          tonumber(priority_arg), ARGV[o + 9] == "1", entry.max_len, entry.blocked)
+      end
+      if parent_key ~= "" then
+        redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)
+      end
     end
   end
 end

@@ -1,7 +1,7 @@
 --[[
   addJob: store new jobs and put each in `wait`, `prioritized` or `delayed`
   (docs/protocol/scripts.md#script-addJob).
-  One call adds one job, or several (a bulk add): ARGV holds 10 values per job, and each job
+  One call adds one job, or several (a bulk add): ARGV holds 11 values per job, and each job
   gets exactly the keys, fields and events a call for it alone would write.
 
   KEYS[1]  prefix "P:Q:": job keys are built from it (includes/job_keys.lua); its hash tag
@@ -17,7 +17,7 @@
   KEYS[10] marker
   KEYS[11] completed (a duplicate child that already completed counts as processed)
 
-  ARGV, 10 values per job (the i-th job's values start at ARGV[10 * (i - 1) + 1]):
+  ARGV, 11 values per job (the i-th job's values start at ARGV[11 * (i - 1) + 1]):
   ARGV[1]  custom job id, or ""
   ARGV[2]  name
   ARGV[3]  timestamp (ms)
@@ -28,10 +28,14 @@
   ARGV[8]  "1" for lifo, else "0"
   ARGV[9]  parent key "P':Q':<id>" (a job key, possibly of another queue), or ""
   ARGV[10] parent JSON {"id":..,"queueKey":..}, or ""
+  ARGV[11] deduplication JSON {"id":..[,"ttl":ms][,"extend":true][,"replace":true]
+           [,"keepLastIfActive":true]} (the `de` option), or "" (never with a parent)
 
-  Returns: for one job, its id (string); for several, the array of their ids. A custom id
+  Returns: for one job, its id (string); for several, the array of their results. A custom id
   whose hash exists gives that id after a `duplicated` event, storing nothing; with a parent,
-  that existing job is attached to it (docs/protocol/scripts.md#step-child-add).
+  that existing job is attached to it (docs/protocol/scripts.md#step-child-add). A
+  deduplicated add gives {owner id} (a one-element array; for a call of one job, wrapped once
+  more: {{owner id}}) and stores nothing (docs/protocol/scripts.md#step-dedup).
   Errors (in place of the id, before anything of that job is written): -5 the parent hash does
   not exist; -7 the existing job of that custom id belongs to another parent that exists.
 
@@ -43,6 +47,7 @@
 --@include "enqueue"
 --@include "parent"
 --@include "child_add"
+--@include "dedup"
 
 local q = {
   prefix = KEYS[1], id = KEYS[2], meta = KEYS[3], events = KEYS[4], wait = KEYS[5],
@@ -56,7 +61,7 @@ local function add_one(o)
   local custom, name, ts, data, opts = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4],
     ARGV[o + 5]
   local delay_arg, priority_arg = ARGV[o + 6], ARGV[o + 7]
-  local parent_key, parent_json = ARGV[o + 9], ARGV[o + 10]
+  local parent_key, parent_json, dedup = ARGV[o + 9], ARGV[o + 10], ARGV[o + 11]
   if parent_key ~= "" and redis.call("EXISTS", parent_key) == 0 then
     return -5
   end
@@ -83,12 +88,25 @@ local function add_one(o)
     return job_id
   end
 
+  local dedup_id = nil
+  if dedup ~= "" then
+    local spec = cjson.decode(dedup)
+    local owner = deduplicate(q, spec, job_id, name, data, opts, max_len)
+    if owner then
+      return { owner }
+    end
+    dedup_id = spec.id
+  end
+
   local delay = tonumber(delay_arg)
   local priority = tonumber(priority_arg)
   if parent_key ~= "" then
     redis.call("HSET", job_key, "name", name, "data", data, "opts", opts, "timestamp", ts,
       "delay", delay_arg, "priority", priority_arg, "parentKey", parent_key,
       "parent", parent_json)
+  elseif dedup_id then
+    redis.call("HSET", job_key, "name", name, "data", data, "opts", opts, "timestamp", ts,
+      "delay", delay_arg, "priority", priority_arg, "deid", dedup_id)
   else
     redis.call("HSET", job_key, "name", name, "data", data, "opts", opts, "timestamp", ts,
       "delay", delay_arg, "priority", priority_arg)
@@ -104,12 +122,16 @@ local function add_one(o)
   return job_id
 end
 
-local count = #ARGV / 10
+local count = #ARGV / 11
 if count == 1 then
-  return add_one(0)
+  local result = add_one(0)
+  if type(result) == "table" then
+    return { result }
+  end
+  return result
 end
 local ids = {}
 for i = 1, count do
-  ids[i] = add_one((i - 1) * 10)
+  ids[i] = add_one((i - 1) * 11)
 end
 return ids

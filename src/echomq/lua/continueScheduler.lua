@@ -1,7 +1,7 @@
 --[[
-  continueScheduler: create the next iteration of an `every` job scheduler when one of its
-  iterations is taken by a worker (docs/protocol/scripts.md#script-continueScheduler; the
-  effect of BullMQ's updateJobScheduler for every-schedulers). Cron schedulers are not handled here.
+  continueScheduler: create the next iteration of a job scheduler (every or cron) when one of
+  its iterations is taken by a worker (docs/protocol/scripts.md#script-continueScheduler; the
+  effect of BullMQ's updateJobScheduler). A cron scheduler's next run time comes from the caller.
 
   KEYS[1]  prefix "P:Q:": the job keys and the scheduler hash `repeat:<id>` are built from it
            (includes/job_keys.lua)
@@ -21,10 +21,12 @@
   ARGV[3]  the next iteration's opts (JSON text, stored names): the producer's opts with
            `repeat.count` advanced; `jobId`, `delay` and `timestamp` are set here
   ARGV[4]  now (ms)
+  ARGV[5]  next run (ms) of a cron scheduler; "" for an every-scheduler (computed here)
 
   Returns: the new iteration's id, or "" when nothing was created: the scheduler is gone, is a
-  legacy repeatable job or a cron scheduler, the producer is not its current iteration (stale),
-  or the next iteration exists already (a `duplicated` event is written then).
+  legacy repeatable job (no `ic`), a cron scheduler called without ARGV[5], the producer is not
+  its current iteration (stale), or the next iteration exists already (a `duplicated` event is
+  written then).
 ]]
 --@include "common"
 --@include "job_keys"
@@ -44,7 +46,8 @@ prev = tonumber(prev)
 local hash_key = scheduler_hash_key(q.prefix, scheduler_id)
 local s = redis.call("HMGET", hash_key, "ic", "every", "name", "data", "offset")
 local every = tonumber(s[2])
-if not s[1] or not every or every <= 0 then
+local cron_next = tonumber(ARGV[5])
+if not s[1] or (every == nil and cron_next == nil) or (every and every <= 0) then
   return ""
 end
 if producer_id ~= iteration_id(scheduler_id, prev) then
@@ -52,23 +55,27 @@ if producer_id ~= iteration_id(scheduler_id, prev) then
 end
 
 local opts = cjson.decode(ARGV[3])
-local offset = tonumber(s[5])
-if not offset and type(opts["repeat"]) == "table" then
-  offset = tonumber(opts["repeat"]["offset"])
-end
-offset = offset or 0
-
--- "every next" with a previous iteration: one interval on, or realigned after missed runs.
-local next_ms = prev + every
-if next_ms < now then
-  local aligned = math.floor(now / every) * every + offset
-  if aligned <= now then
-    next_ms = aligned + every
-  else
-    next_ms = aligned
+local next_ms
+if every then
+  local offset = tonumber(s[5])
+  if not offset and type(opts["repeat"]) == "table" then
+    offset = tonumber(opts["repeat"]["offset"])
   end
+  offset = offset or 0
+  -- "every next" with a previous iteration: one interval on, or realigned after missed runs.
+  next_ms = prev + every
+  if next_ms < now then
+    local aligned = math.floor(now / every) * every + offset
+    if aligned <= now then
+      next_ms = aligned + every
+    else
+      next_ms = aligned
+    end
+  end
+  next_ms = math.floor(next_ms)
+else
+  next_ms = cron_next
 end
-next_ms = math.floor(next_ms)
 
 local max_len = max_events(q.meta)
 local job_id = iteration_id(scheduler_id, next_ms)

@@ -37,7 +37,8 @@
   ARGV[3]  how many jobs to take afterwards (0 = none), less one per completion refused with
            -4 or -9 (that parent still holds its slot)
   ARGV[4]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[5] + i - 1)
-  ARGV[5]  first token counter
+  ARGV[5]  first token counter; "" when the prefix is the whole token (fetch one job only:
+           a manual get_next_job(token))
   ARGV[6]  lock duration (ms)
   ARGV[7]  worker limiter max, or ""
   ARGV[8]  worker limiter duration (ms), or ""
@@ -324,7 +325,10 @@ end
 local function taken_before(want)
   local tokens = {}
   local first = tonumber(ARGV[5])
-  for i = 1, want do
+  if not first then
+    tokens[ARGV[4]] = true
+  end
+  for i = 1, first and want or 0 do
     tokens[ARGV[4] .. int_str(first + i - 1)] = true
   end
   local taken = {}

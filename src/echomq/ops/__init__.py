@@ -4,11 +4,13 @@ Every operation is a function returning an :class:`Op`; ``await op.run(client)``
 async client and ``op.run_sync(client)`` on a sync one, so the async and sync APIs stay thin
 shells. Validation happens while an op is built, so a refused call never reaches Redis.
 
-Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``jobs`` (getters and
-single-job operations), ``admin`` (queue-wide operations), ``limits`` (global concurrency, rate
-limits and the meta hash), ``worker`` (fetching and finishing),
+Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``dedup`` (deduplication
+windows), ``jobs`` (getters and single-job operations), ``admin`` (queue-wide operations),
+``limits`` (global concurrency, rate limits and the meta hash), ``worker`` (fetching and
+finishing),
 ``flows`` (a job's children: reads, waiting for them, unlinking and removing them; imported as
-``ops.flows``, its types re-exported by :mod:`echomq`).
+``ops.flows``, its types re-exported by :mod:`echomq`), ``schedulers`` (job schedulers: upsert,
+remove, getters; imported as ``ops.schedulers``).
 This package is internal. It must not import :mod:`echomq.job`: the job model imports it to
 bind its methods to these builders.
 """
@@ -29,9 +31,11 @@ from ._base import (
     to_str,
 )
 from .add import (
+    AddOutcome,
     BulkItem,
     PreparedJob,
     add_job,
+    add_job_outcome,
     add_jobs,
     get_job_hash,
     prepare_bulk,
@@ -51,6 +55,7 @@ from .admin import (
     remove_job,
     retry_jobs_plan,
 )
+from .dedup import get_deduplication_job_id, remove_deduplication_key
 from .jobs import (
     DEFAULT_COUNT_TYPES,
     JOB_TYPES,
@@ -97,6 +102,7 @@ from .limits import (
 )
 
 __all__ = [
+    "AddOutcome",
     "BulkItem",
     "CleanBatch",
     "CommandOp",
@@ -113,6 +119,7 @@ __all__ = [
     "ScriptOp",
     "TransactionOp",
     "add_job",
+    "add_job_outcome",
     "add_jobs",
     "add_log",
     "change_delay",
@@ -124,6 +131,7 @@ __all__ = [
     "drain_plan",
     "flat_to_dict",
     "get_counts",
+    "get_deduplication_job_id",
     "get_job_hash",
     "get_jobs_plan",
     "get_job_hashes",
@@ -144,6 +152,7 @@ __all__ = [
     "prepare_job",
     "promote_job",
     "promote_jobs_plan",
+    "remove_deduplication_key",
     "remove_job",
     "reprocess_job",
     "resume_plan",

@@ -1,6 +1,7 @@
 """Adding jobs: validation, encoding, and the add script call.
 
-See docs/protocol/scripts.md#script-addJob.
+See docs/protocol/scripts.md#script-addJob (and #step-dedup for the ``deduplication`` option:
+a deduplicated add stores nothing and answers with the id of the job that owns the window).
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ class PreparedJob:
     #: the parent's job key and the child's ``parent`` JSON ("" without a parent)
     parent_key: str = ""
     parent_json: str = ""
+    #: the ``de`` option's JSON ("" without deduplication)
+    dedup_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AddOutcome:
+    """What the add script answered for one job: its id, and whether the add was
+    deduplicated (then ``job_id`` is the id of the job that owns the window, and nothing
+    was stored)."""
+
+    job_id: str
+    deduplicated: bool = False
 
 
 _EMPTY_OPTS_JSON = fields.dumps(EMPTY_OPTIONS.to_wire())
@@ -116,6 +129,9 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
         queue_keys(parent.queue_name, parent.prefix)  # a parent queue that cannot exist
         parent_key = parent.key
         parent_json = parent_field(parent.id, parent.queue, options.failure_policy)
+    dedup_json = ""
+    if options.deduplication is not UNSET:
+        dedup_json = fields.dumps(options.to_wire()[fields.OPTION_NAMES["deduplication"]])
     return PreparedJob(
         name,
         data,
@@ -127,6 +143,7 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
         priority,
         parent_key,
         parent_json,
+        dedup_json,
     )
 
 
@@ -141,8 +158,16 @@ def parent_field(parent_id: str, queue_key: str, policy: str | None) -> str:
 
 def add_job(
     keys: QueueKeys, job: PreparedJob, parent: tuple[QueueKeys, str] | None = None
-) -> ScriptOp[str]:
-    """The add script call for a prepared job; the reply parses to the job id.
+) -> MappedOp[AddOutcome, str]:
+    """The add script call for a prepared job; the reply parses to the job id (of the job that
+    owns the deduplication window, for a deduplicated add). See :func:`add_job_outcome`."""
+    return MappedOp(add_job_outcome(keys, job, parent), lambda outcome: outcome.job_id)
+
+
+def add_job_outcome(
+    keys: QueueKeys, job: PreparedJob, parent: tuple[QueueKeys, str] | None = None
+) -> ScriptOp[AddOutcome]:
+    """The add script call for a prepared job; the reply parses to an :class:`AddOutcome`.
 
     Args:
         keys: the job's queue.
@@ -154,7 +179,7 @@ def add_job(
     args = _job_args(job, parent)
     parent_key = str(args[8])
 
-    def parse(reply: Any) -> str:
+    def parse(reply: Any) -> AddOutcome:
         if reply == codes.PARENT_JOB_NOT_EXIST:
             raise ParentNotFoundError(
                 f"the parent job {parent_key} does not exist, so the child was not added; "
@@ -171,13 +196,13 @@ def add_job(
                 job_id=custom,
                 command="add",
             )
-        return to_str(check_code(reply, job_id=custom or None, command="add"))
+        return _outcome(reply, custom or None, "add")
 
     return ScriptOp(scripts.get("addJob"), keys.script_keys["addJob"], args, parse)
 
 
 def _job_args(job: PreparedJob, parent: tuple[QueueKeys, str] | None = None) -> list[scripts.Arg]:
-    """The 10 ARGV values of one job for the addJob script."""
+    """The 11 ARGV values of one job for the addJob script."""
     parent_key, parent_json = job.parent_key, job.parent_json
     if parent is not None:
         parent_keys, parent_id = parent
@@ -194,6 +219,7 @@ def _job_args(job: PreparedJob, parent: tuple[QueueKeys, str] | None = None) -> 
         "1" if job.options.lifo is True else "0",
         parent_key,
         parent_json,
+        job.dedup_json,
     ]
 
 
@@ -218,8 +244,11 @@ def prepare_bulk(
 BULK_CHUNK = 100
 
 
-def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> MappedOp[list[list[str]], list[str]]:
-    """Prepared jobs added in one MULTI/EXEC (a few jobs per script call); parses to their ids."""
+def add_jobs(
+    keys: QueueKeys, jobs: Sequence[PreparedJob]
+) -> MappedOp[list[list[AddOutcome]], list[AddOutcome]]:
+    """Prepared jobs added in one MULTI/EXEC (a few jobs per script call); parses to their
+    outcomes, in order."""
     calls = []
     for start in range(0, len(jobs), BULK_CHUNK):
         chunk = jobs[start : start + BULK_CHUNK]
@@ -228,9 +257,18 @@ def add_jobs(keys: QueueKeys, jobs: Sequence[PreparedJob]) -> MappedOp[list[list
     return MappedOp(TransactionOp(calls), lambda replies: [i for ids in replies for i in ids])
 
 
-def _parse_ids(reply: Any) -> list[str]:
+def _parse_ids(reply: Any) -> list[AddOutcome]:
     replies = reply if isinstance(reply, list) else [reply]
-    return [to_str(check_code(r, job_id=None, command="add_bulk")) for r in replies]
+    return [_outcome(r, None, "add_bulk") for r in replies]
+
+
+def _outcome(reply: Any, custom: str | None, command: str) -> AddOutcome:
+    """One job's reply: its id, a code, or ``[owner id]`` for a deduplicated add (a call of
+    one job wraps that once more)."""
+    if isinstance(reply, list):
+        inner = reply[0]
+        return AddOutcome(to_str(inner[0] if isinstance(inner, list) else inner), True)
+    return AddOutcome(to_str(check_code(reply, job_id=custom, command=command)))
 
 
 def get_job_hash(keys: QueueKeys, job_id: str) -> CommandOp[dict[str, str] | None]:

@@ -17,6 +17,7 @@ from typing import Any
 from .. import scripts
 from .._flow_job import FlowJob
 from ..errors import (
+    InvalidOptionError,
     ParentCannotBeReplacedError,
     ParentNotFoundError,
     ScriptError,
@@ -26,7 +27,7 @@ from ..options import UNSET, Parent
 from ..protocol import codes
 from ..protocol.keys import QueueKeys, queue_keys
 from ._base import CommandOp, Plan, ScriptOp, flat_to_dict, hash_to_dict, now_ms, to_str
-from .add import PreparedJob, prepare_job, validate_job_id
+from .add import AddOutcome, PreparedJob, prepare_job, validate_job_id
 
 #: The deepest flow accepted (levels below the root).
 MAX_FLOW_DEPTH = 1000
@@ -78,6 +79,11 @@ def prepare_flows(trees: Sequence[FlowJob], default_prefix: str) -> list[FlowNod
                 )
             keys = queue_keys(node.queue_name, prefix)
             options = node.options
+            if options.deduplication is not UNSET and (node.children or parent_at is not None):
+                raise InvalidOptionError(
+                    f"{_where(node, path)}: deduplication is allowed only on a flow's root "
+                    "without children (as in BullMQ); nothing was written"
+                )
             if parent_at is None:
                 if options.parent is not UNSET:
                     external.append((options.parent.key, path))
@@ -130,11 +136,9 @@ def flow_queues(nodes: Sequence[FlowNode]) -> list[QueueKeys]:
     return list({node.keys.base: node.keys for node in nodes}.values())
 
 
-_WIDTH = 12
-
-
-def add_flow(nodes: Sequence[FlowNode]) -> ScriptOp[list[str]]:
-    """The addFlow call writing ``nodes`` (from :func:`prepare_flows`); parses to their ids."""
+def add_flow(nodes: Sequence[FlowNode]) -> ScriptOp[list[AddOutcome]]:
+    """The addFlow call writing ``nodes`` (from :func:`prepare_flows`); parses to their
+    outcomes (a root with ``deduplication`` may be deduplicated: it then names the owner)."""
     args: list[scripts.Arg] = []
     for node in nodes:
         job = node.job
@@ -151,12 +155,16 @@ def add_flow(nodes: Sequence[FlowNode]) -> ScriptOp[list[str]]:
             job.parent_key,
             job.parent_json,
             "1" if node.children else "0",
+            job.dedup_json,
         ]
 
-    def parse(reply: Any) -> list[str]:
+    def parse(reply: Any) -> list[AddOutcome]:
         if isinstance(reply, list) and reply and isinstance(reply[0], int):
             raise _refused(nodes, int(reply[0]), int(reply[1]) - 1)
-        return [to_str(i) for i in reply]
+        return [
+            AddOutcome(to_str(i[0]), True) if isinstance(i, list) else AddOutcome(to_str(i))
+            for i in reply
+        ]
 
     return ScriptOp(scripts.get("addFlow"), nodes[0].keys.script_keys["addFlow"], args, parse)
 

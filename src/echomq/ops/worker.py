@@ -8,14 +8,18 @@ moveToFinished / retryJob / moveToDelayed / moveToActive applied per job
 
 from __future__ import annotations
 
+import json
+import random
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
+from ..options import backoff_from_wire, keep_jobs_to_wire, retention_from_wire
 from ..protocol import fields
 from ..protocol.keys import QueueKeys
-from ._base import ScriptOp, flat_to_dict, to_str
+from ._base import CommandOp, ScriptOp, flat_to_dict, to_str
 
 #: Item kinds of finishAndFetch.
 COMPLETE = "C"
@@ -206,14 +210,153 @@ def move_job_from_active_to_wait(keys: QueueKeys, job_id: str, token: str) -> Sc
 
 
 def continue_scheduler(
-    keys: QueueKeys, scheduler_id: str, producer_id: str, next_opts: dict[str, Any], now: int
+    keys: QueueKeys,
+    scheduler_id: str,
+    producer_id: str,
+    next_opts: dict[str, Any],
+    now: int,
+    cron_next: int | None = None,
 ) -> ScriptOp[str | None]:
-    """Create the next iteration of an every-scheduler whose iteration ``producer_id`` was taken
-    (docs/protocol/flows-dedup-schedulers.md#scheduler-continuation); the reply parses to the
-    new iteration's id, or None if none was made."""
+    """Create the next iteration of a scheduler whose iteration ``producer_id`` was taken
+    (docs/protocol/flows-dedup-schedulers.md#scheduler-continuation); ``cron_next`` is a cron
+    scheduler's next run time (ms). The reply parses to the new iteration's id, or None if none
+    was made."""
     return ScriptOp(
         scripts.get("continueScheduler"),
         keys.script_keys["continueScheduler"],
-        [scheduler_id, producer_id, fields.dumps(next_opts, "job options"), now],
+        [
+            scheduler_id,
+            producer_id,
+            fields.dumps(next_opts, "job options"),
+            now,
+            "" if cron_next is None else cron_next,
+        ],
         lambda reply: to_str(reply) or None,
     )
+
+
+# -- pieces of a job's outcome, shared by the worker and the manual Job methods --------------
+
+
+def builtin_delay_ms(kind: str, attempts_made: int, delay_ms: int, jitter: float) -> int | None:
+    """Delay of a built-in backoff strategy, or None when ``kind`` is not built in.
+
+    Args:
+        kind: ``fixed`` or ``exponential``.
+        attempts_made: attempts made so far, counting the one that just failed (n >= 1).
+        delay_ms: the base delay.
+        jitter: 0..1.
+    """
+    if kind == "fixed":
+        base = delay_ms
+    elif kind == "exponential":
+        base = round(2 ** (attempts_made - 1) * delay_ms)
+    else:
+        return None
+    if jitter > 0:
+        return int(random.random() * base * jitter + base * (1 - jitter))
+    return base
+
+
+def failure_update(
+    error: BaseException, stacktrace: Sequence[str], limit: Any
+) -> tuple[str, list[str], list[str]]:
+    """The failed reason, the new stacktrace list and the hash fields that record ``error``.
+
+    Args:
+        error: what the attempt failed with.
+        stacktrace: the job's stacktrace list so far.
+        limit: the job's ``stackTraceLimit`` option (None when unset).
+    """
+    reason = str(error) or type(error).__name__
+    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    traces = [*stacktrace, stack.rstrip("\n")]
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
+        traces = traces[-limit:] if limit else []
+    update = [fields.FAILED_REASON, reason, fields.STACKTRACE, fields.dumps(traces)]
+    return reason, traces, update
+
+
+def keep_of(wire_options: dict[str, Any], completed: bool, default: Any = None) -> dict[str, int]:
+    """The retention (``removeOnComplete`` / ``removeOnFail``) of a finished job, as the finish
+    item wants it: the job's own option, else ``default`` (a Retention, or None: keep all)."""
+    own = wire_options.get("removeOnComplete" if completed else "removeOnFail")
+    if own is not None:
+        retention = retention_from_wire(own)
+        if retention is not None:
+            return keep_jobs_to_wire(retention)
+    return keep_jobs_to_wire(default)
+
+
+def backoff_delay_ms(wire_options: dict[str, Any], attempts_made: int) -> int | None:
+    """The delay before a retry under the job's built-in backoff: ms (0: at once), or None
+    when its backoff type is not built in (a worker's ``backoff_strategy`` decides)."""
+    backoff = backoff_from_wire(wire_options.get("backoff"))
+    if backoff is None:
+        return 0
+    return builtin_delay_ms(backoff.type, attempts_made, backoff.delay_ms, backoff.jitter)
+
+
+def fetch_one(keys: QueueKeys, token: str, lock_ms: int, name: str, now: int) -> ScriptOp[Any]:
+    """Take one job locked with exactly ``token`` (finishAndFetch with an empty token counter:
+    the prefix is the whole token); the reply is a :class:`FinishReply`."""
+    return ScriptOp(
+        scripts.get("finishAndFetch"),
+        keys.script_keys["finishAndFetch"],
+        [now, "[]", 1, token, "", lock_ms, "", "", name, "", ""],
+        _parse_reply,
+    )
+
+
+# -- the control channel (docs/protocol/control-channel.md) ---------------------------------
+
+#: The ``reason`` of a cancel that gave none.
+DEFAULT_CANCEL_REASON = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """A cancel request read from a queue's control channel."""
+
+    job_id: str
+    reason: str
+    requeue: bool
+
+
+def encode_cancel(job_id: str, reason: str | None, requeue: bool) -> str:
+    """The control message asking the worker holding ``job_id`` to cancel it."""
+    message = {
+        "op": "cancel",
+        "id": job_id,
+        "reason": reason or DEFAULT_CANCEL_REASON,
+        "requeue": requeue,
+    }
+    return json.dumps(message, separators=(",", ":"))
+
+
+def decode_control(data: Any) -> CancelRequest | None:
+    """The request a control message carries, or None (malformed, or an op this version does
+    not know, which a newer echomq may send)."""
+    try:
+        message = json.loads(to_str(data))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(message, dict) or message.get("op") != "cancel":
+        return None
+    job_id, reason = message.get("id"), message.get("reason")
+    if not isinstance(job_id, str) or not job_id:
+        return None
+    if not isinstance(reason, str) or not reason:
+        reason = DEFAULT_CANCEL_REASON
+    return CancelRequest(job_id, reason, message.get("requeue") is True)
+
+
+def lock_exists(keys: QueueKeys, job_id: str) -> CommandOp[bool]:
+    """Whether ``job_id`` holds a lock: a worker (echomq or Node) is running it."""
+    return CommandOp([("EXISTS", keys.lock(job_id))], lambda replies: int(replies[0]) > 0)
+
+
+def send_cancel(keys: QueueKeys, job_id: str, reason: str | None, requeue: bool) -> CommandOp[int]:
+    """PUBLISH a cancel request; the reply counts the echomq workers that received it."""
+    message = encode_cancel(job_id, reason, requeue)
+    return CommandOp([("PUBLISH", keys.control_channel(), message)], lambda r: int(r[0]))

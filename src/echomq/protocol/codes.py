@@ -11,6 +11,8 @@ JOB_LOCK_MISMATCH = -6
 PARENT_JOB_CANNOT_BE_REPLACED = -7
 JOB_BELONGS_TO_JOB_SCHEDULER = -8
 JOB_HAS_FAILED_CHILDREN = -9
+SCHEDULER_JOB_ID_COLLISION = -10
+SCHEDULER_JOB_SLOTS_BUSY = -11
 
 #: finishAndFetch, resent after a lost reply: the lost send had already recorded this item.
 RECORDED_BEFORE = 1

@@ -60,6 +60,9 @@ OPTION_NAMES: Final = MappingProxyType(
         "continue_parent_on_failure": "cpof",
         "ignore_dependency_on_failure": "idof",
         "remove_dependency_on_failure": "rdof",
+        "deduplication": "de",
+        # echomq's own: BullMQ 6 has no such option and passes unknown keys through untouched.
+        "timeout": "emqTimeout",
     }
 )
 

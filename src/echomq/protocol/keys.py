@@ -112,6 +112,20 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "delayed",
         "marker",
     ),
+    "addJobScheduler": (
+        "base",
+        "repeat",
+        "id",
+        "meta",
+        "events",
+        "wait",
+        "active",
+        "prioritized",
+        "pc",
+        "delayed",
+        "marker",
+    ),
+    "removeJobScheduler": ("base", "repeat", "delayed", "events"),
     "extendLocks": ("base", "stalled"),
     "moveStalledJobsToWait": (
         "base",
@@ -325,6 +339,10 @@ class QueueKeys:
         """The hash of job ``job_id``."""
         return self.base + job_id
 
+    def scheduler(self, scheduler_id: str) -> str:
+        """The hash of job scheduler ``scheduler_id`` (or of a legacy repeatable job)."""
+        return f"{self.base}repeat:{scheduler_id}"
+
     def lock(self, job_id: str) -> str:
         """The lock key of job ``job_id``."""
         return f"{self.base}{job_id}:lock"
@@ -352,11 +370,20 @@ class QueueKeys:
         (``fpof``), scored by the failure time (ms)."""
         return f"{self.base}{job_id}:unsuccessful"
 
+    def dedup(self, dedup_id: str) -> str:
+        """The STRING ``de:<dedupId>``: the id of the job that owns that deduplication window."""
+        return f"{self.base}de:{dedup_id}"
+
     def worker_client_name(self, worker_name: str | None = None) -> str:
         """The CLIENT SETNAME value by which Node's ``getWorkers`` recognises a worker."""
         encoded = base64.b64encode(self.name.encode()).decode()
         base = f"{self.prefix}:{encoded}"
         return f"{base}:w:{worker_name}" if worker_name else base
+
+    def control_channel(self) -> str:
+        """The pub/sub channel of echomq's worker control messages (cancel requests): not a
+        key, so Node never sees it; it carries the queue's hash tag like the keys do."""
+        return self.base + "echomq:control"
 
     def events_client_name(self) -> str:
         """The CLIENT SETNAME value of a QueueEvents reader."""

@@ -29,8 +29,11 @@ from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, r
 from .._server_checks import check_on_first_use_sync
 from ..job import JobState
 from ..ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
-from ..options import UNSET, Duration, JobOptions, JobOptionsDict, coerce_options
+from ..ops import schedulers as sops
+from ..ops import worker as wops
+from ..options import UNSET, Duration, JobOptions, JobOptionsDict, Moment, coerce_options
 from ..protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
+from ..schedulers import JobScheduler, SchedulerTemplate
 from ._job import Job
 
 
@@ -40,10 +43,23 @@ def _add(conn: SyncConn, keys: QueueKeys, name: str, data: Any, options: JobOpti
         parent = options.parent
         check_cluster_flow(conn.client, [keys, queue_keys(parent.queue_name, parent.prefix)])
     try:
-        job_id = conn.run(ops.add_job(keys, prepared))
+        outcome = conn.run(ops.add_job_outcome(keys, prepared))
     except UNREACHABLE as exc:
         raise_unavailable(exc, conn.address)
-    return Job._added(job_id, prepared, keys, conn)
+    return _added(conn, keys, outcome, prepared)
+
+
+def _added(
+    conn: SyncConn, keys: QueueKeys, outcome: ops.AddOutcome, prepared: ops.PreparedJob
+) -> Job:
+    """The job an add returns: the one it stored, or for a deduplicated add the job that owns
+    the window, read back (``deduplicated`` set; built from the add if it is already gone)."""
+    if not outcome.deduplicated:
+        return Job._added(outcome.job_id, prepared, keys, conn)
+    owner = _get_job(conn, keys, outcome.job_id)
+    job = owner if owner is not None else Job._added(outcome.job_id, prepared, keys, conn)
+    job.deduplicated = True
+    return job
 
 
 def _add_bulk(
@@ -53,10 +69,10 @@ def _add_bulk(
     if not prepared:
         return []
     try:
-        job_ids = conn.run(ops.add_jobs(keys, prepared))
+        outcomes = conn.run(ops.add_jobs(keys, prepared))
     except UNREACHABLE as exc:
         raise_unavailable(exc, conn.address)
-    return [Job._added(i, p, keys, conn) for i, p in zip(job_ids, prepared)]
+    return [_added(conn, keys, o, p) for o, p in zip(outcomes, prepared)]
 
 
 def _get_job(conn: SyncConn, keys: QueueKeys, job_id: str) -> Job | None:
@@ -235,6 +251,39 @@ class Queue:
         op = ops.remove_job(self._keys, job_id, remove_children=remove_children)
         return self._conn.run(op)
 
+    def get_deduplication_job_id(self, dedup_id: str) -> str | None:
+        """The id of the job that owns deduplication window ``dedup_id``, or None. See
+        :func:`get_deduplication_job_id`."""
+        return self._conn.run(ops.get_deduplication_job_id(self._keys, dedup_id))
+
+    def remove_deduplication_key(self, dedup_id: str) -> bool:
+        """Close deduplication window ``dedup_id`` now. See :func:`remove_deduplication_key`."""
+        return self._conn.run(ops.remove_deduplication_key(self._keys, dedup_id))
+
+    def cancel_job(self, job_id: str, reason: str | None = None, *, requeue: bool = False) -> bool:
+        """Ask the worker running ``job_id``, in any process, to cancel it.
+
+        The request goes over the queue's control channel (a Redis pub/sub channel, see
+        docs/protocol/control-channel.md) and reaches the echomq worker holding the job within
+        milliseconds; that worker cancels it as :meth:`Worker.cancel_job` does: the job fails
+        with ``reason`` (no retry) or, with ``requeue``, goes back to ``wait``. A Node worker
+        ignores the request. Watch the job's state or events to see the outcome.
+
+        Args:
+            job_id: the job.
+            reason: its failed reason (default ``"cancelled"``).
+            requeue: put the job back in wait instead of failing it.
+
+        Returns:
+            True if the job is held by a worker (it is locked) and at least one echomq worker
+            of the queue received the request; False otherwise (unknown, waiting or finished
+            job, or no echomq worker listening), and then nothing was sent.
+        """
+        if not self._conn.run(wops.lock_exists(self._keys, job_id)):
+            return False
+        op = wops.send_cancel(self._keys, job_id, reason, requeue)
+        return self._conn.run(op) > 0
+
     def drain(self, *, delayed: bool = False) -> None:
         """Delete every job waiting to run. See :func:`drain`."""
         self._conn.run_plan(ops.drain_plan(self._keys, delayed=delayed))
@@ -311,6 +360,90 @@ class Queue:
     def get_meta(self) -> QueueMeta:
         """The queue's settings from its meta hash. See :func:`get_meta`."""
         return self._conn.run(ops.get_meta(self._keys))
+
+    # -- job schedulers (docs/schedulers.md) ------------------------------------------------
+
+    def upsert_job_scheduler(
+        self,
+        scheduler_id: str,
+        *,
+        every: Duration | None = None,
+        pattern: str | None = None,
+        tz: str | None = None,
+        start_date: Moment | None = None,
+        end_date: Moment | None = None,
+        limit: int | None = None,
+        immediately: bool = False,
+        offset: Duration | None = None,
+        template: SchedulerTemplate | Mapping[str, Any] | None = None,
+    ) -> Job | None:
+        """Create job scheduler ``scheduler_id``, or replace its definition and next iteration.
+
+        Exactly one of ``every`` and ``pattern`` is given. Upserting again replaces the pending
+        next iteration (it is never doubled) and keeps the iteration count.
+
+        Args:
+            scheduler_id: the scheduler's id (any non-empty text).
+            every: run every this many seconds (or a timedelta); the first run is now.
+            pattern: a cron expression: 5 fields, or 6 with seconds first.
+            tz: the IANA time zone of ``pattern`` (default: the process's local zone).
+            start_date: no run before this time (datetime or epoch seconds).
+            end_date: no run after this time.
+            limit: at most this many iterations.
+            immediately: a cron scheduler's first run is now instead of its next cron time.
+            offset: an every-scheduler's phase within its interval (seconds).
+            template: ``{"name", "data", "opts"}`` (or a SchedulerTemplate): each iteration's
+                job name (default: the id), payload and options (those of :meth:`add`, merged
+                over the queue's defaults; not ``job_id``, ``delay``, ``timestamp``, ``parent``).
+
+        Returns:
+            The first iteration, or None when a cron scheduler has no run before ``end_date``.
+
+        Raises:
+            InvalidOptionError: a malformed or unsupported cron expression, an unknown time
+                zone, ``every`` not positive, both or neither of ``every`` and ``pattern``,
+                ``end_date`` not after ``start_date`` or not in the future, ``limit`` below 1,
+                or a bad template; nothing was written.
+        """
+        op = sops.prepare_upsert(
+            self._keys,
+            self._defaults,
+            scheduler_id,
+            template,
+            every=every,
+            pattern=pattern,
+            tz=tz,
+            start_date=start_date,
+            end_date=end_date,
+            limit=limit,
+            immediately=immediately,
+            offset=offset,
+        )
+        if op is None:
+            return None
+        upserted = self._conn.run(op)
+        return Job.from_hash(upserted.job_id, upserted.hash, self._keys, self._conn)
+
+    def get_job_scheduler(self, scheduler_id: str) -> JobScheduler | None:
+        """One job scheduler, or None when there is no such id."""
+        return self._conn.run(sops.get_job_scheduler(self._keys, scheduler_id))
+
+    def get_job_schedulers(
+        self, start: int = 0, end: int = -1, asc: bool = False
+    ) -> list[JobScheduler]:
+        """Job schedulers (and BullMQ 5 repeatable jobs) by next run, latest first unless
+        ``asc``; ``start``..``end`` is an inclusive index range."""
+        plan = sops.get_job_schedulers_plan(self._keys, start, end, asc)
+        return self._conn.run_plan(plan)
+
+    def get_job_schedulers_count(self) -> int:
+        """How many job schedulers (and BullMQ 5 repeatable jobs) the queue has."""
+        return self._conn.run(sops.get_job_schedulers_count(self._keys))
+
+    def remove_job_scheduler(self, scheduler_id: str) -> bool:
+        """Delete a job scheduler (or a BullMQ 5 repeatable job) and its delayed next
+        iteration; an iteration already waiting runs once more. True when it existed."""
+        return self._conn.run(sops.remove_job_scheduler(self._keys, scheduler_id))
 
     def close(self) -> None:
         """Close the connection if this queue opened it."""

@@ -8,16 +8,20 @@ blocks on the marker key. Constructing a Worker does nothing; ``run()`` or ``asy
 starts it, ``close()`` stops it in two phases (stop fetching, wait a grace period, cancel and
 hand back); ``_lifecycle`` holds the states and what each allows. Outcomes that meet a busy,
 full or unreachable Redis are held and retried while their locks are renewed (``_outages``).
+Hooks (``_hooks``), cancellation and its control channel (``_cancel``), manual processing
+(``_manual``), the event-loop watchdog (``_watchdog``), the start-up check of ``connect_timeout``
+(``_startup``) and the threads that outlive ``close()`` (``_threads``) live in their own modules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,24 +31,42 @@ from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
+from .._fail_fast import connect_budget
 from .._retry import TRANSIENT, RetryBackoff, retrying, stop_tasks
+from .._run_state import RunState
 from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
 from ..ops import now_ms
 from ..ops import worker as wops
-from ..options import WorkerOptions, WorkerOptionsDict, to_ms, to_seconds
+from ..options import Duration, WorkerOptions, WorkerOptionsDict, to_ms, to_seconds
 from ..protocol import codes
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._backoff import BackoffStrategy
-from ._execute import JobRunner, Outcome, Processor, log_outcome
+from ._cancel import CLOSING_REASON, CancelMixin, ControlListener
+from ._execute import REQUEUE, JobRunner, Outcome, Processor, log_outcome
 from ._fetch import MarkerWaiter
+from ._hooks import EVENTS, HookEvent, Hooks, HooksMixin
 from ._lifecycle import Lifecycle, WorkerState
 from ._locks import LockRenewer
+from ._manual import ManualFetcher, ManualMixin
 from ._outages import Outage, OutageLog, call_through_outages, classify
+from ._pool import ProcessPool
+from ._pooling import check_pool_options, warn_at_start_up
 from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
+from ._startup import check_reachable
+from ._threads import ThreadTracker
+from ._watchdog import LoopWatchdog
 
-__all__ = ["FINISH_DEADLINE", "BackoffStrategy", "Processor", "Worker", "WorkerState"]
+__all__ = [
+    "EVENTS",
+    "FINISH_DEADLINE",
+    "BackoffStrategy",
+    "HookEvent",
+    "Processor",
+    "Worker",
+    "WorkerState",
+]
 
 logger = logging.getLogger("echomq.worker")
 
@@ -63,31 +85,42 @@ class _Finished:
     started: float
 
 
-class Worker:
+class Worker(HooksMixin, CancelMixin, ManualMixin):
     """Processes jobs of one queue.
 
     Args:
         queue: the queue name.
-        processor: ``async def f(job)`` or ``def f(job)`` (run in a thread pool); its return
-            value, which must be JSON-serialisable, becomes the job's return value.
+        processor: ``async def f(job)`` or ``def f(job)`` (run in a thread pool, or with
+            ``processes=N`` in N child processes that import it by ``module:function``); its
+            return value, which must be JSON-serialisable, becomes the job's return value. None for
+            a worker that is never run, only used to take jobs by hand (:meth:`get_next_job`).
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed by the worker).
             The worker opens one more connection of its own for blocking.
         prefix: the key prefix.
-        concurrency: how many jobs run at once.
+        concurrency: how many jobs run at once (default: 1, or ``processes`` when that keyword
+            is given).
         backoff_strategy: handles custom ``backoff`` types; see :data:`BackoffStrategy`.
         options: a :class:`~echomq.WorkerOptions`; or give its fields as keywords.
+        connect_timeout: fail fast: ``run()`` first checks, within this many seconds, that
+            Redis answers (and each connection the worker opens from a URL must connect
+            within it), raising :class:`~echomq.RedisUnavailableError` instead of retrying
+            for ever; once started, the worker rides out outages as usual. None (default):
+            retry from the start.
+
+    Hooks: ``worker.on(event, callback)`` (see :meth:`on`).
     """
 
     def __init__(
         self,
         queue: str,
-        processor: Processor,
+        processor: Processor | None,
         *,
         connection: AsyncConnection,
         prefix: str = DEFAULT_PREFIX,
         concurrency: int | None = None,
         backoff_strategy: BackoffStrategy | None = None,
         options: WorkerOptions | None = None,
+        connect_timeout: Duration | None = None,
         **kwargs: Unpack[WorkerOptionsDict],
     ) -> None:
         self._keys = queue_keys(queue, prefix)
@@ -95,12 +128,23 @@ class Worker:
         changes: dict[str, Any] = dict(kwargs)
         if concurrency is not None:
             changes["concurrency"] = concurrency
+        elif (
+            options is None
+            and isinstance(changes.get("processes"), int)
+            and changes["processes"] > 0
+        ):
+            changes["concurrency"] = changes["processes"]
         self.options = WorkerOptions(**{**_fields_of(base), **changes})
-        if not callable(processor):
-            raise TypeError("processor must be callable")
+        if processor is not None and not callable(processor):
+            raise TypeError("processor must be callable (or None, to take jobs by hand)")
+        self._processor_path = (
+            None if processor is None else check_pool_options(processor, self.options)
+        )
+        self._pool: ProcessPool | None = None
         self._processor = processor
         self._backoff_strategy = backoff_strategy
-        self._conn = AsyncConn(connection, pipelined=True)
+        self._connect_timeout = None if connect_timeout is None else connect_budget(connect_timeout)
+        self._conn = AsyncConn(connection, pipelined=True, connect_timeout=self._connect_timeout)
         self._schedulers = SchedulerContinuer(self._keys, self._conn)
         check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
@@ -129,6 +173,15 @@ class Worker:
         self._waiter: MarkerWaiter | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._stopped: asyncio.Event | None = None
+        self._hooks = Hooks()
+        self._runs: dict[str, RunState] = {}  # token -> the run of a job being processed
+        self._threads = ThreadTracker()
+        self._side_tasks: list[asyncio.Task[Any]] = []  # control channel, loop watchdog
+        self._manual: ManualFetcher | None = None
+        self._drained = False
+        self._async_processor = False
+        self._control: ControlListener | None = None
+        self._watchdog: LoopWatchdog | None = None
 
     # -- public lifecycle ----------------------------------------------------------------------
 
@@ -153,9 +206,24 @@ class Worker:
         return self._paused
 
     async def run(self) -> None:
-        """Process jobs until :meth:`close` is called (from another task or a signal handler)."""
+        """Process jobs until :meth:`close` is called (from another task or a signal handler).
+
+        Raises:
+            RedisUnavailableError: with ``connect_timeout``, Redis could not be reached (or
+                refused the credentials) at start-up; the worker is then closed.
+            RuntimeError: the worker ran before, or has no processor.
+        """
         if self._life.state is not WorkerState.NEW:
             raise RuntimeError("a Worker runs once; create a new one")
+        if self._processor is None:
+            raise RuntimeError(
+                "this Worker has no processor: use it to take jobs by hand (get_next_job), "
+                "or give it a processor to run()"
+            )
+        if self._connect_timeout is not None:
+            await self._check_reachable(self._connect_timeout)
+            if self._life.state is not WorkerState.NEW:  # closed meanwhile
+                return
         self._life.move(WorkerState.RUNNING)
         self._wake = asyncio.Event()
         self._flush = asyncio.Event()
@@ -166,8 +234,26 @@ class Worker:
         self._executor = ThreadPoolExecutor(
             max_workers=opts.concurrency, thread_name_prefix=f"echomq-{self.name}"
         )
+        if self._processor_path is not None:  # processes=N: start the children first
+            self._pool = ProcessPool(
+                self._processor_path, opts.processes, opts.max_tasks_per_child, self.name
+            )
+            await self._pool.start()
+        warn_at_start_up(self._processor, opts, self.name)
+        processor = self._processor
+        is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
+            getattr(processor, "__call__", None)  # noqa: B004
+        )
+        self._async_processor = is_async
+        if not is_async and self._pool is None:  # know which threads outlive close()
+            processor = self._threads.wrap(processor)
         self._runner = JobRunner(
-            self._processor, opts, self._backoff_strategy, self._executor, self._rate_limited
+            processor,
+            opts,
+            self._backoff_strategy,
+            self._executor,
+            self._rate_limited,
+            pool=self._pool,
         )
         blocking = self._conn.new_client(
             client_name=self._keys.worker_client_name(opts.name), socket_timeout=None
@@ -181,12 +267,14 @@ class Worker:
             lambda: dict(self._held),
             opts.lock_ms,
             opts.renew_interval,
+            on_lost=lambda ids: self._hooks.emit("lock_renewal_failed", ids),
         )
         checker = StalledChecker(
             self._keys,
             self._conn,
             to_seconds(opts.stalled_interval, "stalled_interval"),
             opts.max_stalled_count,
+            on_recovered=self._on_stalled,
         )
         life = self._life
         self._tasks = [
@@ -197,6 +285,7 @@ class Worker:
                 checker.run(life.may_check_stalled), name=f"echomq-stalled-{self.name}"
             ),
         ]
+        self._start_side_tasks(processor)
         logger.info("worker %s started on queue %s", self.id, self.name)
         try:
             await self._stopped.wait()
@@ -223,6 +312,8 @@ class Worker:
         life = self._life
         if life.state is WorkerState.NEW:
             life.move(WorkerState.CLOSED)
+            if self._manual is not None:
+                await self._manual.aclose()
             await self._conn.aclose()
             return
         if life.state is not WorkerState.RUNNING:
@@ -234,6 +325,7 @@ class Worker:
             return
         assert self._stopped is not None and self._cut_grace is not None
         life.move(WorkerState.CLOSING)
+        self._hooks.emit("closing")
         if force:
             self._cut_grace.set()
         if not self._tasks:  # run() failed before it started its loops
@@ -247,6 +339,8 @@ class Worker:
         await self._wait_grace()
         loop = asyncio.get_running_loop()
         self._close_deadline = loop.time() + FINISH_DEADLINE
+        for run in self._runs.values():  # sync processors see job.cancelled
+            run.cancel(CLOSING_REASON, requeue=True, by_close=True)
         await stop_tasks([t for t in self._running.values() if t is not self._flush_owner])
         for token, task in list(self._running.items()):
             if task.done():  # cancelled before it ever ran
@@ -255,9 +349,20 @@ class Worker:
         self._flush.set()  # record what finished; the finisher returns once nothing is pending
         await asyncio.wait([finish_task], timeout=FINISH_DEADLINE + 1)
         await self._hand_back_held()
-        await stop_tasks([fetch_task, finish_task, renew_task])
+        await stop_tasks([fetch_task, finish_task, renew_task, *self._side_tasks])
         await self._end()
         logger.info("worker %s on queue %s closed", self.id, self.name)
+        abandoned = self.abandoned_job_ids
+        if abandoned:
+            logger.warning(
+                "queue=%s sync processor thread(s) of job(s) %s still running after close(); "
+                "the jobs were handed back to wait and what the threads return is discarded",
+                self.name,
+                ", ".join(abandoned),
+                extra={"queue": self.name, "job_ids": abandoned, "status": "abandoned"},
+            )
+        await self._hooks.drain(1.0)
+        self._hooks.emit("closed")
 
     async def pause(self, *, wait_for_active: bool = True) -> None:
         """Stop taking new jobs in this worker only (nothing is written to Redis)."""
@@ -285,9 +390,50 @@ class Worker:
     async def __aenter__(self) -> Worker:
         task = asyncio.create_task(self.run(), name=f"echomq-worker-{self.name}")
         self._run_task = task
-        while self._life.state is WorkerState.NEW:
-            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        while self._life.state is WorkerState.NEW and not task.done():
+            await asyncio.wait({task}, timeout=0.005)  # a fail-fast check takes a while
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            task.result()  # the start-up error (connect_timeout)
         return self
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    async def _check_reachable(self, budget: float) -> None:
+        try:
+            await check_reachable(self._conn, budget, self.name)
+        except BaseException:
+            if self._life.state is WorkerState.NEW:
+                self._life.move(WorkerState.CLOSED)
+            await self._conn.aclose()
+            raise
+
+    def _start_side_tasks(self, processor: Callable[..., Any]) -> None:
+        """The control channel listener and the event-loop watchdog."""
+        self._control = ControlListener(self._keys, self._conn, self._on_control)
+        lock_seconds = to_seconds(self.options.lock_duration, "lock_duration")
+        name = getattr(processor, "__qualname__", None) or type(processor).__name__
+        self._watchdog = LoopWatchdog(self.name, name, lock_seconds, self._running_async)
+        self._side_tasks = [
+            asyncio.create_task(self._control.run(), name=f"echomq-control-{self.name}"),
+            asyncio.create_task(self._watchdog.run(), name=f"echomq-watchdog-{self.name}"),
+        ]
+
+    def _running_async(self) -> list[str]:
+        """Jobs whose processor runs on the event loop now (for the watchdog)."""
+        if not self._runner_is_async():
+            return []
+        return sorted(self._held[t] for t, run in self._runs.items() if run.in_processor)
+
+    def _runner_is_async(self) -> bool:
+        return self._async_processor
+
+    def _on_control(self, request: wops.CancelRequest) -> None:
+        self._cancel(request.job_id, request.reason, request.requeue)
+
+    def _on_stalled(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            self._hooks.emit("stalled", job_id)
 
     async def __aexit__(
         self,
@@ -333,6 +479,8 @@ class Worker:
             await self._waiter.aclose()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            await self._pool.close()
         await self._conn.aclose()
         self._life.move(WorkerState.CLOSED)
         assert self._stopped is not None
@@ -533,14 +681,20 @@ class Worker:
                     return
                 self._dispatch(reply)
                 self._empty_hint = not reply.jobs and reply.rate_limit_ttl_ms == 0
+                if self._empty_hint != self._drained:  # report each drain once
+                    self._drained = self._empty_hint
+                    if self._drained:
+                        self._hooks.emit("drained")
                 backoff.reset()
             except asyncio.CancelledError:
                 raise
             except TRANSIENT as exc:
                 logger.warning("fetching failed (%s: %s); retrying", type(exc).__name__, exc)
+                self._hooks.emit("error", exc)
                 await self._idle(backoff.sleep())
             except Exception as exc:  # the loop must never die silently
                 logger.exception("fetch loop error (%s); retrying", exc)
+                self._hooks.emit("error", exc)
                 await self._idle(backoff.sleep())
 
     async def _execute(self, job: Job | None) -> None:
@@ -557,23 +711,34 @@ class Worker:
                 self._flush.set()  # the finisher re-checks whether anything still runs
                 return
             started = time.monotonic()
+            self._runs[token] = job._run = self._new_run(job)
             try:
                 if job.repeat_job_key:  # an iteration of a job scheduler: make the next one first
                     await self._schedulers.on_taken(job)
+                self._hooks.emit("active", job)
+                if self._watchdog is not None and self._runner_is_async():
+                    self._watchdog.note(job.id)
                 outcome = await self._runner.run(job, token)
+                if outcome.status == REQUEUE:  # cancel_job(requeue=True)
+                    await self._return_to_wait(job.id, token, "cancel")
             except asyncio.CancelledError:  # closing: close() hands the job back
                 self._running.pop(token, None)
+                self._runs.pop(token, None)
                 self._flush.set()
                 raise
             except Exception as exc:  # a bug of ours: hand the job back rather than hold it
                 logger.exception("job %s: unexpected worker error: %s", job.id, exc)
                 self._running.pop(token, None)
+                self._runs.pop(token, None)
+                self._hooks.emit("error", exc)
                 self._spawn_hand_back(job.id, token, f"unexpected worker error: {exc}")
                 return
             self._running.pop(token, None)
+            self._runs.pop(token, None)
             if outcome.item is None:
                 self._held.pop(token, None)
                 log_outcome(self.name, job, outcome, started)
+                self._emit_outcome(job, outcome)
                 self._wake_fetcher()
                 return
             self._pending.append(_Finished(job, token, outcome, started))
@@ -589,6 +754,20 @@ class Worker:
                 finally:
                     self._flush_owner = None
 
+    def _new_run(self, job: Job) -> RunState:
+        hooks = self._hooks
+        on_progress = None
+        if hooks.has("progress"):
+            on_progress = functools.partial(hooks.emit, "progress", job)
+        return RunState(asyncio.get_running_loop(), on_progress)
+
+    def _emit_outcome(self, job: Job, outcome: Outcome) -> None:
+        """The ``completed`` / ``failed`` hooks of a recorded outcome."""
+        if outcome.status == "completed":
+            self._hooks.emit("completed", job, job.return_value)
+        elif outcome.error is not None and outcome.status != REQUEUE:
+            self._hooks.emit("failed", job, outcome.error)
+
     async def _flush_pending(self, *, keep_one: bool = False) -> Job | None:
         """Record every pending outcome (the lock is held); returns a job kept for the caller."""
         kept: Job | None = None
@@ -599,6 +778,7 @@ class Worker:
                 raise
             except Exception as exc:  # never die silently
                 logger.exception("finish loop error (%s)", exc)
+                self._hooks.emit("error", exc)
                 await asyncio.sleep(0.1)
                 continue
             kept = kept or job
@@ -670,6 +850,7 @@ class Worker:
         self._held.pop(finished.token, None)
         if code >= 0:
             log_outcome(self.name, finished.job, finished.outcome, finished.started)
+            self._emit_outcome(finished.job, finished.outcome)
             if code == codes.RECORDED_BEFORE:
                 logger.info(
                     "queue=%s job=%s outcome %s had been recorded by a call whose reply was lost",

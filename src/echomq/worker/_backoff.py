@@ -7,13 +7,13 @@ way to the protocol; custom strategies speak seconds like the rest of the API.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeAlias
 
 from ..errors import InvalidOptionError
 from ..job import Job
+from ..ops.worker import builtin_delay_ms
 from ..options import backoff_from_wire
 
 #: ``strategy(attempts_made, backoff_type, error, job)`` returns seconds (or a timedelta) to
@@ -25,25 +25,7 @@ BackoffStrategy: TypeAlias = Callable[
 
 NO_RETRY = -1
 
-
-def builtin_delay_ms(kind: str, attempts_made: int, delay_ms: int, jitter: float) -> int | None:
-    """Delay of a built-in strategy, or None when ``kind`` is not built in.
-
-    Args:
-        kind: ``fixed`` or ``exponential``.
-        attempts_made: attempts made so far, counting the one that just failed (n >= 1).
-        delay_ms: the base delay.
-        jitter: 0..1.
-    """
-    if kind == "fixed":
-        base = delay_ms
-    elif kind == "exponential":
-        base = round(2 ** (attempts_made - 1) * delay_ms)
-    else:
-        return None
-    if jitter > 0:
-        return int(random.random() * base * jitter + base * (1 - jitter))
-    return base
+__all__ = ["NO_RETRY", "BackoffStrategy", "builtin_delay_ms", "retry_delay_ms"]
 
 
 async def retry_delay_ms(

@@ -25,6 +25,7 @@ from .._job import Runner
 from ..errors import (
     DelayedError,
     EchoMQError,
+    JobCancelledError,
     PayloadError,
     RateLimitError,
     UnrecoverableError,
@@ -32,14 +33,21 @@ from ..errors import (
 )
 from ..job import Job, JobData
 from ..ops import worker as wops
-from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire
+from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire, to_seconds
 from ..protocol import codes, fields
 from ..sync import Job as SyncJob
 from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
+from ._cancel import absorb_cancel
+from ._pool import ProcessPool
+from ._timeouts import in_thread_within, timeout_of, within
 
 logger = logging.getLogger("echomq.worker")
 
 T = TypeVar("T")
+
+
+#: The status of a cancelled job the worker puts back in wait (``cancel_job(requeue=True)``).
+REQUEUE = "cancelled-requeued"
 
 
 class Processor(Protocol):
@@ -91,6 +99,7 @@ def blocking_job(job: Job, loop: asyncio.AbstractEventLoop) -> SyncJob:
     twin._keys = job._keys
     twin._conn = None if job._conn is None else _OnLoop(job._conn, loop)
     twin._token = job._token
+    twin._run = job._run
     return twin
 
 
@@ -101,6 +110,8 @@ class Outcome:
     item: list[Any] | None
     status: str
     detail: str = ""
+    #: what the attempt failed with (failures, retries and cancels)
+    error: BaseException | None = None
 
 
 class JobRunner:
@@ -113,8 +124,13 @@ class JobRunner:
         backoff_strategy: BackoffStrategy | None,
         executor: Executor | None,
         rate_limited: Callable[[Job, str], Awaitable[None]],
+        pool: ProcessPool | None = None,
     ) -> None:
         self._processor = processor
+        self._pool = pool  # sync processors run in its children (processes=N)
+        self._default_timeout = (
+            None if options.job_timeout is None else to_seconds(options.job_timeout, "job_timeout")
+        )
         self._is_async = inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
             getattr(processor, "__call__", None)  # noqa: B004
         )
@@ -126,11 +142,24 @@ class JobRunner:
     async def _call_processor(self, job: Job) -> Any:
         if self._is_async:
             return await self._processor(job)
+        if self._pool is not None:
+            return await self._pool.run(job)
         loop = asyncio.get_running_loop()
         ctx = contextvars.copy_context()
         return await loop.run_in_executor(
             self._executor, functools.partial(ctx.run, self._processor, blocking_job(job, loop))
         )
+
+    async def _call_within(self, job: Job, timeout: float) -> Any:
+        """Call the processor with a deadline (see ``_timeouts``)."""
+        if self._is_async:
+            return await within(lambda: self._call_processor(job), timeout)
+        if self._pool is not None:  # the deadline starts once a child took the job
+            return await self._pool.run(job, timeout)
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        call = functools.partial(ctx.run, self._processor, blocking_job(job, loop))
+        return await in_thread_within(call, timeout, job)
 
     def _keep(self, job: Job, completed: bool) -> dict[str, int]:
         wire_name = "removeOnComplete" if completed else "removeOnFail"
@@ -144,7 +173,10 @@ class JobRunner:
 
     def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, list[str]]:
         reason = str(error) or type(error).__name__
-        stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        # an error raised again from a pool child keeps the child's traceback
+        stack = getattr(error, "remote_traceback", None) or "".join(
+            traceback.format_exception(type(error), error, error.__traceback__)
+        )
         stacktrace = [*job.stacktrace, stack.rstrip("\n")]
         limit = job.wire_options.get("stackTraceLimit")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
@@ -168,7 +200,7 @@ class JobRunner:
             keep=self._keep(job, completed=False),
             fields=update,
         )
-        return Outcome(item, "failed", reason)
+        return Outcome(item, "failed", reason, error)
 
     async def run(self, job: Job, token: str) -> Outcome:
         """Run ``job`` (already active, locked with ``token``) and decide its outcome.
@@ -184,17 +216,39 @@ class JobRunner:
         limit = self._options.max_started_attempts
         if limit is not None and job.attempts_started > limit:
             return self._fail(job, token, UnrecoverableError(codes.STARTED_TOO_MANY))
+        timeout = timeout_of(job, self._default_timeout)
+        run = job._run
+        if run is not None:
+            if run.cancelled:  # cancelled before its processor started
+                run.done = True
+                return self._cancelled(job, token, JobCancelledError(run.reason, job_id=job.id))
+            run.in_processor = True
         try:
-            result = await self._call_processor(job)
+            if timeout is None:
+                result = await self._call_processor(job)
+            else:
+                result = await self._call_within(job, timeout)
         except (DelayedError, WaitingChildrenError) as exc:
             return Outcome(None, "moved", type(exc).__name__)
         except RateLimitError:
             await self._rate_limited(job, token)
             return Outcome(None, "rate-limited")
+        except JobCancelledError as exc:  # job.raise_if_cancelled() in a sync processor
+            return self._cancelled(job, token, exc)
         except asyncio.CancelledError:
+            if absorb_cancel(run):  # a cancel request, not the worker closing
+                assert run is not None
+                return self._cancelled(job, token, JobCancelledError(run.reason, job_id=job.id))
             raise
         except Exception as exc:  # a processor failure, whatever its type
             return await self._on_error(job, token, exc)
+        finally:
+            if run is not None:
+                run.in_processor = False
+                run.done = True
+        if run is not None and run.cancelled and absorb_cancel(run):
+            # the processor swallowed the CancelledError and returned: the cancel still wins
+            return self._cancelled(job, token, JobCancelledError(run.reason, job_id=job.id))
         try:
             value = fields.dumps(result, "return value")
         except PayloadError as exc:
@@ -209,6 +263,16 @@ class JobRunner:
             keep=self._keep(job, completed=True),
         )
         return Outcome(item, "completed")
+
+    def _cancelled(self, job: Job, token: str, error: JobCancelledError) -> Outcome:
+        """A cancelled job fails with the cancel's reason, without retry; or, when the cancel
+        asked for it, goes back to wait (the worker does that on seeing ``REQUEUE``)."""
+        run = job._run
+        if run is not None and run.requeue:
+            return Outcome(None, REQUEUE, error.reason, error)
+        outcome = self._fail(job, token, error)
+        outcome.status = "cancelled"
+        return outcome
 
     def _refuse_corrupt(self, job: Job, token: str, reason: str) -> Outcome:
         logger.warning(
@@ -238,18 +302,27 @@ class JobRunner:
         reason, update = self._failure_fields(job, error)
         if delay > 0:
             item = wops.finish_item(wops.DELAY, job.id, token, fields=update, delay_ms=delay)
-            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)")
+            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)", error)
         lifo = job.wire_options.get("lifo") is True
         item = wops.finish_item(wops.RETRY, job.id, token, fields=update, flag=lifo)
-        return Outcome(item, "retry", reason)
+        return Outcome(item, "retry", reason, error)
+
+
+#: Statuses of a failed attempt: logged at WARNING with the error's traceback.
+FAILED_STATUSES = frozenset({"failed", "retry", "retry-delayed"})
 
 
 def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
-    """One INFO line per job transition, with the same facts in ``extra``."""
-    if not logger.isEnabledFor(logging.INFO):
+    """One line per job transition, with the same facts in ``extra``: INFO, or WARNING with
+    the traceback for a failed attempt (final or retried)."""
+    failed = outcome.status in FAILED_STATUSES
+    level = logging.WARNING if failed else logging.INFO
+    if not logger.isEnabledFor(level):
         return
     duration = time.monotonic() - started
-    logger.info(
+    error = outcome.error if failed else None
+    logger.log(
+        level,
         "queue=%s job=%s name=%s attempt=%d %s in %.3fs%s",
         queue,
         job.id,
@@ -258,6 +331,7 @@ def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
         outcome.status,
         duration,
         f": {outcome.detail}" if outcome.detail else "",
+        exc_info=(type(error), error, error.__traceback__) if error is not None else None,
         extra={
             "queue": queue,
             "job_id": job.id,

@@ -30,7 +30,9 @@ class LockRenewer:
         held: Callable[[], dict[str, str]],
         lock_ms: int,
         interval: float,
+        on_lost: Callable[[list[str]], None] | None = None,
     ) -> None:
+        self._on_lost = on_lost
         self._keys = keys
         self._conn = conn
         self._held = held
@@ -45,12 +47,17 @@ class LockRenewer:
         tokens = list(held)
         op = wops.extend_locks(self._keys, [held[t] for t in tokens], tokens, self._lock_ms)
         lost = await self._conn.run(op)
+        if lost:  # a job whose outcome was recorded meanwhile lost its lock on purpose
+            still, token_of = self._held(), {held[t]: t for t in tokens}
+            lost = [job_id for job_id in lost if token_of.get(job_id) in still]
         for job_id in lost:
             logger.warning(
                 "queue=%s job=%s lock could not be renewed; another worker may take it",
                 self._keys.name,
                 job_id,
             )
+        if lost and self._on_lost is not None:
+            self._on_lost(lost)
         return lost
 
     async def run(self, keep_going: Callable[[], bool]) -> None:

@@ -1,11 +1,11 @@
-"""Continuing job schedulers: when a worker takes an iteration of an ``every`` scheduler, the
-next iteration is created before the job runs, as BullMQ's workers do
+"""Continuing job schedulers: when a worker takes an iteration of a job scheduler (every or
+cron), the next iteration is created before the job runs, as BullMQ's workers do
 (docs/protocol/flows-dedup-schedulers.md#scheduler-continuation).
 
-echomq has no API to create schedulers; this keeps those created by BullMQ (``upsertJobScheduler``)
-running when echomq workers share the queue. Cron schedulers are not continued: their next time
-comes from BullMQ's cron parser, which echomq does not reproduce; such an iteration is processed
-and a warning says to run a BullMQ worker for that queue.
+So schedulers made by echomq (``Queue.upsert_job_scheduler``) or by BullMQ keep going whichever
+workers share the queue. A cron scheduler's next time is computed by :mod:`echomq._cron`
+exactly as BullMQ computes it; an expression it refuses (one echomq cannot evaluate identically)
+is processed without a next iteration, and a warning says to run a BullMQ worker for that queue.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import re
 import time
 from typing import Any
 
+from .. import _cron
 from .._connection import AsyncConn
 from .._retry import TRANSIENT
+from ..errors import InvalidOptionError
 from ..job import Job
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
@@ -37,11 +39,22 @@ def is_legacy_repeat_key(key: str) -> bool:
     return " " in tail or tail.isdigit()
 
 
-def next_iteration_options(job: Job, now_ms: int) -> dict[str, Any] | None:
-    """The next iteration's stored options, or None when the scheduler stops here (its
-    ``limit`` reached or ``endDate`` passed) or is not an every-scheduler."""
+def next_iteration_options(job: Job, now_ms: int) -> tuple[dict[str, Any], int | None] | None:
+    """The next iteration's stored options and, for a cron scheduler, its run time (ms); None
+    when the scheduler stops here (its ``limit`` reached, ``endDate`` passed, no next cron time)
+    or the job carries no usable ``repeat``.
+
+    Raises:
+        InvalidOptionError: the cron expression or time zone cannot be evaluated exactly.
+    """
     repeat = job.wire_options.get("repeat")
-    if not isinstance(repeat, dict) or not isinstance(repeat.get("every"), (int, float)):
+    if not isinstance(repeat, dict):
+        return None
+    pattern = repeat.get("pattern")
+    is_every = isinstance(repeat.get("every"), (int, float)) and not isinstance(
+        repeat.get("every"), bool
+    )
+    if not is_every and not (isinstance(pattern, str) and pattern):
         return None
     count = repeat.get("count")
     iteration = (count if isinstance(count, int) else 0) + 1
@@ -53,7 +66,25 @@ def next_iteration_options(job: Job, now_ms: int) -> dict[str, Any] | None:
         return None
     opts = {k: v for k, v in job.wire_options.items() if k not in ("jobId", "delay", "timestamp")}
     opts["repeat"] = {**repeat, "count": iteration}
-    return opts
+    opts.setdefault("attempts", 0)  # a BullMQ job's opts always carry it, so its successors do
+    if is_every:
+        return opts, None
+    # BullMQ's "now" for a continuation: never before the run time of the iteration taken.
+    prev = job.wire_options.get("prevMillis")
+    after = max(now_ms, int(prev)) if isinstance(prev, (int, float)) else now_ms
+    start = repeat.get("startDate")
+    tz = repeat.get("tz")
+    next_ms = _cron.next_cron_ms(
+        str(pattern),
+        after,
+        tz if isinstance(tz, str) and tz else None,
+        start_ms=int(start) if isinstance(start, (int, float)) else None,
+        end_ms=int(end) if isinstance(end, (int, float)) else None,
+    )
+    if next_ms is None:
+        return None
+    opts["prevMillis"] = next_ms
+    return opts, next_ms
 
 
 class SchedulerContinuer:
@@ -77,20 +108,22 @@ class SchedulerContinuer:
                 "iteration is created; convert it to a job scheduler",
             )
             return
-        repeat = job.wire_options.get("repeat")
-        if isinstance(repeat, dict) and "pattern" in repeat:
+        now = int(time.time() * 1000)
+        try:
+            planned = next_iteration_options(job, now)
+        except InvalidOptionError as exc:
             self._warn_once(
                 scheduler_id,
                 job.id,
-                "queue=%s job=%s belongs to cron job scheduler %s: echomq workers do not create "
-                "cron iterations; run a BullMQ worker on this queue to keep it going",
+                "queue=%s job=%s belongs to cron job scheduler %s whose next time echomq "
+                f"cannot compute ({str(exc).replace('%', '%%')}); run a BullMQ worker on this "
+                "queue to keep it going",
             )
             return
-        now = int(time.time() * 1000)
-        opts = next_iteration_options(job, now)
-        if opts is None:
+        if planned is None:
             return
-        op = wops.continue_scheduler(self._keys, scheduler_id, job.id, opts, now)
+        opts, cron_next = planned
+        op = wops.continue_scheduler(self._keys, scheduler_id, job.id, opts, now, cron_next)
         try:
             created = await self._conn.run(op)
         except TRANSIENT as exc:

@@ -29,7 +29,9 @@ class StalledChecker:
         conn: AsyncConn,
         interval: float,
         max_stalled_count: int,
+        on_recovered: Callable[[list[str]], None] | None = None,
     ) -> None:
+        self._on_recovered = on_recovered
         self._keys = keys
         self._conn = conn
         self._interval = interval
@@ -65,6 +67,8 @@ class StalledChecker:
                     "structure": "active",
                 },
             )
+        if reply.recovered and self._on_recovered is not None:
+            self._on_recovered(reply.recovered)
         return reply.recovered
 
     async def run(self, keep_going: Callable[[], bool]) -> None:

@@ -147,7 +147,10 @@ local function fetch_jobs(k, now, count, w)
       redis.call("LREM", k.active, 1, id)
       drop_dangling(id, source)
     else
-      local token = w.token_prefix .. int_str(w.token_start + i - 1)
+      local token = w.token_prefix
+      if w.token_start then -- nil: the prefix is the whole token (one job)
+        token = token .. int_str(w.token_start + i - 1)
+      end
       taken[#taken + 1] = id
       taken[#taken + 1] = token
       taken[#taken + 1] = start_job(k, job_key, id, token, now, w, max_jobs, duration)

@@ -1,0 +1,1 @@
+"""``echomq_worker``."""

@@ -1,0 +1,219 @@
+"""Cancelling running jobs: in the worker that runs them, and from any process through the
+queue's control channel (docs/protocol/control-channel.md).
+
+In-process, a cancel sets the job's :class:`~echomq._run_state.RunState` (a sync processor sees
+``job.cancelled``) and, while the processor runs, cancels the job's task: an async processor
+gets ``asyncio.CancelledError`` at its next ``await``; for a sync one the worker stops waiting
+for its thread (which runs on until it returns; its result is discarded). Executors with a
+stoppable unit of work (a child process) register a callback on the RunState.
+:func:`absorb_cancel` then tells the job's task whether the ``CancelledError`` it caught was
+such a cancel (the job fails with the reason, or goes back to wait) or the worker closing.
+
+Across processes, ``Queue.cancel_job`` PUBLISHes a small JSON message on the queue's control
+channel (``<prefix>:<queue>:echomq:control``, a pub/sub channel and not a key, so Node never
+sees it); every echomq worker of the queue keeps one subscribed connection
+(:class:`ControlListener`) and the one holding the job cancels it. Messages sent while a
+worker is reconnecting are lost: a request is confirmed by the job's state, not by delivery.
+:class:`CancelMixin` gives ``Worker`` its public cancel methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio
+import redis.asyncio.cluster
+
+from .._connection import AsyncConn
+from .._retry import TRANSIENT, RetryBackoff
+from .._run_state import RunState
+from ..ops.worker import CancelRequest, decode_control
+from ..protocol.keys import QueueKeys
+from ._lifecycle import Lifecycle
+from ._threads import ThreadTracker
+
+logger = logging.getLogger("echomq.worker")
+
+#: The ``reason`` given to jobs cancelled because their worker closed.
+CLOSING_REASON = "the worker closed before the job finished"
+
+
+def absorb_cancel(run: RunState | None) -> bool:
+    """Whether a ``CancelledError`` caught around a processor is a job cancel to absorb (the
+    job then gets its cancel outcome) rather than the worker closing (re-raise it).
+
+    On Python 3.11+ the task's cancel count must fall to 0 once this cancel is taken back, so
+    a close that cancelled the task too still wins.
+    """
+    if run is None or not run.cancelled or run.by_close:
+        return False
+    task = asyncio.current_task()
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is None:  # Python 3.10: only the flag tells
+        return True
+    return bool(uncancel() == 0)
+
+
+def request_cancel(
+    run: RunState, task: asyncio.Task[Any] | None, reason: str, *, requeue: bool
+) -> bool:
+    """Cancel one job's run; False if its processor already ended or it was cancelled before.
+
+    Args:
+        run: the job's run.
+        task: the task awaiting its processor.
+        reason: why (the failed reason).
+        requeue: put the job back in wait instead of failing it.
+    """
+    if run.done or not run.cancel(reason, requeue=requeue):
+        return False
+    if task is not None and run.in_processor and not task.done():
+        task.cancel()
+    return True
+
+
+class ControlListener:
+    """Keeps one connection subscribed to the queue's control channel and hands each cancel
+    request to ``on_cancel``; reconnects with backoff until cancelled."""
+
+    def __init__(
+        self,
+        keys: QueueKeys,
+        conn: AsyncConn,
+        on_cancel: Callable[[CancelRequest], None],
+    ) -> None:
+        self._keys = keys
+        self._conn = conn
+        self._on_cancel = on_cancel
+        #: set once subscribed (again after each reconnect)
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        """Listen until cancelled."""
+        client = self._conn.client
+        if isinstance(client, redis.asyncio.cluster.RedisCluster):
+            logger.info(
+                "queue=%s: cancel requests from other processes are not received on Redis "
+                "Cluster; cancel with Worker.cancel_job in the worker's process",
+                self._keys.name,
+            )
+            return
+        backoff = RetryBackoff(first=0.1, cap=2.0)
+        while True:
+            subscriber = self._conn.new_client(socket_timeout=None)
+            pubsub = subscriber.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._keys.control_channel())
+                self.ready.set()
+                backoff.reset()
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None and message.get("type") == "message":
+                        self._handle(message.get("data"))
+            except asyncio.CancelledError:
+                raise
+            except TRANSIENT as exc:
+                self.ready.clear()
+                logger.warning(
+                    "queue=%s control channel lost (%s: %s); resubscribing",
+                    self._keys.name,
+                    type(exc).__name__,
+                    exc,
+                )
+                await backoff.sleep()
+            finally:
+                await _close(pubsub, subscriber)
+
+    def _handle(self, data: Any) -> None:
+        request = decode_control(data)
+        if request is None:
+            logger.debug("queue=%s ignored a control message: %r", self._keys.name, data)
+            return
+        try:
+            self._on_cancel(request)
+        except Exception:  # never let one request end the listener
+            logger.exception(
+                "queue=%s cancel request for job %s failed", self._keys.name, request.job_id
+            )
+
+
+async def _close(pubsub: Any, client: redis.asyncio.Redis) -> None:
+    try:
+        await asyncio.shield(pubsub.aclose())
+        await asyncio.shield(client.aclose())
+    except (asyncio.CancelledError, *TRANSIENT):
+        pass
+
+
+class CancelMixin:
+    """``Worker.cancel_job`` / ``cancel_all_jobs`` / ``abandoned_job_ids`` over the worker's
+    tables of held jobs (token -> id), runs and job tasks (token -> RunState / task)."""
+
+    _keys: QueueKeys
+    _held: dict[str, str]
+    _runs: dict[str, RunState]
+    _running: dict[str, asyncio.Task[None]]
+    _threads: ThreadTracker
+    _life: Lifecycle
+
+    async def cancel_job(
+        self, job_id: str, reason: str | None = None, *, requeue: bool = False
+    ) -> bool:
+        """Cancel a job this worker is running.
+
+        An async processor gets ``asyncio.CancelledError`` at its next ``await``; a sync one
+        sees ``job.cancelled`` turn true (``job.raise_if_cancelled()`` raises), and the worker
+        stops waiting for its thread at once. The job then fails with
+        :class:`~echomq.JobCancelledError` and ``reason`` as its failed reason, without retry,
+        or with ``requeue`` goes back to the front of ``wait`` (its attempt not counted).
+
+        Args:
+            job_id: the job.
+            reason: its failed reason (default ``"cancelled"``).
+            requeue: put the job back in wait instead of failing it.
+
+        Returns:
+            True if this worker was running the job's processor; False for a job it does not
+            hold, or whose processor already returned (its outcome stands).
+        """
+        return self._cancel(job_id, reason, requeue)
+
+    async def cancel_all_jobs(self, reason: str | None = None, *, requeue: bool = False) -> int:
+        """Cancel every job this worker is running (see :meth:`cancel_job`).
+
+        Returns:
+            How many jobs were cancelled.
+        """
+        return sum(self._cancel(job_id, reason, requeue) for job_id in list(self._runs_by_id()))
+
+    def _runs_by_id(self) -> dict[str, str]:
+        return {self._held[token]: token for token in self._runs if token in self._held}
+
+    def _cancel(self, job_id: str, reason: str | None, requeue: bool) -> bool:
+        token = self._runs_by_id().get(job_id)
+        if token is None:
+            return False
+        run = self._runs[token]
+        done = request_cancel(run, self._running.get(token), reason or "cancelled", requeue=requeue)
+        if done:
+            logger.info(
+                "queue=%s job=%s cancel requested: %s%s",
+                self._keys.name,
+                job_id,
+                run.reason,
+                " (back to wait)" if requeue else "",
+                extra={"queue": self._keys.name, "job_id": job_id, "status": "cancel-requested"},
+            )
+        return done
+
+    @property
+    def abandoned_job_ids(self) -> list[str]:
+        """Jobs whose sync processor is still running in its thread although the worker gave
+        up on it (closed, or cancelled it): their jobs went back to wait (or failed) and what
+        the threads return will be discarded. The process only exits once they end, unless it
+        exits with ``os._exit`` (the CLI does, with exit code 3)."""
+        running = set(self._threads.running())
+        return sorted(running - set(self._runs_by_id()) if self._life.may_fetch() else running)

@@ -1,0 +1,78 @@
+"""The event-loop watchdog: warns, naming the running jobs, when the loop was blocked.
+
+A worker's loop renews every lock of the jobs it holds. An ``async def`` processor that computes
+without awaiting (or calls blocking I/O) stops that loop; past the lock duration, another
+worker's stalled check takes its jobs and they run twice. The watchdog sleeps in short steps
+and measures how late each wake-up was: a lateness over ``threshold`` (a quarter of the lock
+duration) is logged once per blocked stretch as a WARNING that names the processor and the
+jobs its async processor was running, and how to fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger("echomq.worker")
+
+#: The watchdog warns when the loop was blocked longer than this fraction of the lock duration.
+FRACTION = 0.25
+
+
+def jobs_order(job_id: str) -> tuple[int, str]:
+    """Numeric ids in numeric order, then the others."""
+    return (int(job_id), "") if job_id.isdigit() else (1 << 62, job_id)
+
+
+class LoopWatchdog:
+    """Measures the event loop's lateness while a worker runs."""
+
+    def __init__(
+        self,
+        queue: str,
+        processor: str,
+        lock_seconds: float,
+        running: Callable[[], list[str]],
+    ) -> None:
+        self._queue = queue
+        self._processor = processor
+        self.threshold = max(lock_seconds * FRACTION, 0.1)
+        self._step = min(self.threshold / 4, 1.0)
+        self._running = running
+        #: the longest stretch seen so far (seconds), for tests and diagnostics
+        self.worst = 0.0
+        self._started: list[str] = []  # async jobs started during the current step
+
+    def note(self, job_id: str) -> None:
+        """An async processor starts running ``job_id`` (it may block the loop this step)."""
+        if len(self._started) < 100:
+            self._started.append(job_id)
+
+    async def run(self) -> None:
+        """Watch until cancelled."""
+        loop = asyncio.get_running_loop()
+        step = self._step
+        while True:
+            before = loop.time()
+            jobs = self._running()  # what ran while the loop was (maybe) blocked
+            self._started.clear()
+            await asyncio.sleep(step)
+            late = loop.time() - before - step
+            if late > self.worst:
+                self.worst = late
+            if late > self.threshold:
+                blocked = sorted(set(jobs).union(self._started), key=jobs_order)
+                self._warn(late, blocked)
+
+    def _warn(self, late: float, jobs: list[str]) -> None:
+        named = f" (job {', '.join(jobs)})" if jobs else ""
+        logger.warning(
+            "queue=%s processor %s blocked the event loop for %.1f s%s; use a sync def or "
+            "processes=N (locks are not renewed while the loop is blocked)",
+            self._queue,
+            self._processor,
+            late,
+            named,
+            extra={"queue": self._queue, "job_ids": jobs, "blocked": late, "status": "blocked"},
+        )
