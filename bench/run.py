@@ -2,12 +2,20 @@
 """echomq's benchmark: echomq and its peers side by side, on one private Redis.
 
     python bench/run.py [--jobs 10000] [--repeats 3] [--peers a,b,c] [--output FILE] [--uvloop]
+                        [--phases seq,bulk,latency,flow]
+    python bench/run.py --phases cpu [--peers echomq,celery,rq,bullmq-node] [--repeats 1]
 
 Runs on the system Python with the standard library only. It builds each peer's
 environment (bench/.venvs/<peer>, bench/node/node_modules), starts its own redis-server
 on a free loopback port (no persistence), runs every phase (see benchlib/phases.py) for
 every peer in every repeat, verifies that each job ran exactly once, and prints medians
 over the repeats plus ratios against BullMQ for Node. Exit status 1 if any peer failed.
+
+The flow phase (benchlib/flows.py) runs only for peers with a flow API (BullMQ for Node,
+echomq); the others show n/a there. By default it adds --jobs / --flow-children trees
+(1 000 trees of 1 parent + 10 children for the default 10 000 jobs), --flow-batch trees
+per bulk flow call, and drains them with one worker at concurrency 50. It runs after the
+other phases, repeat by repeat across the peers, so load drift on the machine hits them alike.
 
 Adapters speak a one-line JSON protocol: see bench/peers/_common.py.
 """
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -28,9 +37,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import report  # noqa: E402
+from benchlib import cpu, report  # noqa: E402
+from benchlib.flows import CONCURRENCY, flow  # noqa: E402
 from benchlib.peers import DEFAULT_PEERS, PEERS, REFERENCE, UVLOOP_PEER, Peer, run_once, setup  # noqa: E402
-from benchlib.phases import VerificationError, one_repeat  # noqa: E402
+from benchlib.phases import PHASES, VerificationError, one_repeat  # noqa: E402
 from benchlib.redisproc import RedisServer  # noqa: E402
 
 
@@ -55,10 +65,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=45.0,
         help="max seconds of latency sampling per peer and repeat (45)",
     )
+    p.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated phases to run, from: {', '.join(PHASES)} (default: all)",
+    )
+    p.add_argument(
+        "--flows",
+        type=int,
+        default=None,
+        help="flow phase: trees (default: --jobs / --flow-children, i.e. 1000)",
+    )
+    p.add_argument("--flow-children", type=int, default=10, help="children per tree (10)")
+    p.add_argument("--flow-batch", type=int, default=100, help="trees per bulk flow call (100)")
     p.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     p.add_argument("--no-setup", action="store_true", help="do not create/refresh environments")
     p.add_argument("--setup-only", action="store_true", help="only create the environments")
-    return p.parse_args(argv)
+    cpu.add_arguments(p)
+    opts = p.parse_args(argv)
+    opts.argv = sys.argv[1:] if argv is None else argv
+    phases = [x.strip() for x in opts.phases.split(",") if x.strip()]
+    if "cpu" in phases:  # the cpu phase (benchlib/cpu.py) has peers of its own: it runs alone
+        if phases != ["cpu"]:
+            p.error("--phases cpu runs on its own; run the other phases separately")
+        opts.phases = ["cpu"]
+        return opts
+    unknown = [x for x in phases if x not in PHASES]
+    if unknown or not phases:
+        p.error(f"--phases: unknown {unknown or 'empty'}; known: {', '.join(PHASES)}")
+    opts.phases = [x for x in PHASES if x in phases]
+    if opts.flows is None:
+        opts.flows = max(1, opts.jobs // max(1, opts.flow_children))
+    return opts
 
 
 def select_peers(spec: str, uvloop: bool) -> list[Peer]:
@@ -94,8 +132,6 @@ def machine(redis: RedisServer) -> dict[str, Any]:
                 break
     except OSError:
         pass
-    import os
-
     return {
         "cpus": os.cpu_count(),
         "cpu_model": cpu,
@@ -120,38 +156,79 @@ def median_metrics(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _record_failure(entry: dict[str, Any], exc: Exception, log: Path) -> None:
+    if isinstance(exc, VerificationError):
+        entry["status"] = "FAILED"
+        entry["error"] = str(exc)
+        print("\n" + "!" * 78 + f"\n{exc}\n" + "!" * 78 + "\n", file=sys.stderr, flush=True)
+        return
+    entry["status"] = "error"
+    entry["error"] = f"{type(exc).__name__}: {exc}"
+    print(f"  {entry['peer']}: ERROR {entry['error']}", file=sys.stderr, flush=True)
+    with open(log, "a") as f:
+        traceback.print_exception(exc, file=f)
+
+
 def run_peer(
     peer: Peer, redis: RedisServer, opts: argparse.Namespace, logdir: Path
 ) -> dict[str, Any]:
+    """The version and every repeat of the seq, bulk and latency phases, for one peer."""
     log = logdir / f"{peer.name}.log"
-    entry: dict[str, Any] = {"peer": peer.name, "repeats": [], "status": "ok"}
+    entry: dict[str, Any] = {"peer": peer.name, "flows": peer.flows, "repeats": [], "status": "ok"}
+    plain = set(opts.phases) - {"flow"}
     try:
         entry["version"] = run_once(peer, "version", [], log, 120)["result"]["version"]
         for r in range(opts.repeats):
+            if not plain:
+                entry["repeats"].append({})
+                continue
             t0 = time.monotonic()
-            entry["repeats"].append(one_repeat(peer, redis, opts.jobs, opts, log))
+            entry["repeats"].append(one_repeat(peer, redis, opts.jobs, opts, log, plain))
             print(
                 f"  {peer.name}: repeat {r + 1}/{opts.repeats} done in "
                 f"{time.monotonic() - t0:.1f}s",
                 flush=True,
             )
-    except VerificationError as exc:
-        entry["status"] = "FAILED"
-        entry["error"] = str(exc)
-        print("\n" + "!" * 78 + f"\n{exc}\n" + "!" * 78 + "\n", file=sys.stderr, flush=True)
     except Exception as exc:  # one broken peer must not stop the others
-        entry["status"] = "error"
-        entry["error"] = f"{type(exc).__name__}: {exc}"
-        print(f"  {peer.name}: ERROR {entry['error']}", file=sys.stderr, flush=True)
-        with open(log, "a") as f:
-            traceback.print_exc(file=f)
-    if entry["repeats"]:
-        entry["median"] = median_metrics(entry["repeats"])
+        _record_failure(entry, exc, log)
     return entry
+
+
+def run_flows(
+    pairs: list[tuple[Peer, dict[str, Any]]],
+    redis: RedisServer,
+    opts: argparse.Namespace,
+    logdir: Path,
+) -> None:
+    """The flow phase, repeat by repeat across the peers (A B C, A B C, ...), so a change in
+    the machine's load over the run hits every peer alike. Peers without flows get None."""
+    for r in range(opts.repeats):
+        for peer, entry in pairs:
+            if entry["status"] != "ok" or len(entry["repeats"]) <= r:
+                continue
+            log = logdir / f"{peer.name}.log"
+            t0 = time.monotonic()
+            try:
+                entry["repeats"][r]["flow"] = flow(
+                    peer, redis, opts.flows, opts.flow_children, opts.flow_batch, log
+                )
+            except Exception as exc:
+                _record_failure(entry, exc, log)
+                continue
+            if peer.flows:
+                print(
+                    f"  {peer.name}: flow repeat {r + 1}/{opts.repeats} done in "
+                    f"{time.monotonic() - t0:.1f}s",
+                    flush=True,
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    if opts.phases == ["cpu"]:
+        workdir = Path(tempfile.mkdtemp(prefix="echomq-bench-cpu-"))
+        print(f"logs and redis dir: {workdir}", flush=True)
+        return cpu.main(opts, workdir)
     peers = select_peers(opts.peers, opts.uvloop)
     workdir = Path(tempfile.mkdtemp(prefix="echomq-bench-"))
     print(f"logs and redis dir: {workdir}", flush=True)
@@ -171,18 +248,24 @@ def main(argv: list[str] | None = None) -> int:
     if opts.setup_only:
         return 1 if setup_errors else 0
 
+    load_start = os.getloadavg()
     redis = RedisServer(workdir, opts.redis_server)
     redis.start()
     try:
         env = machine(redis)
         print(
             f"redis-server {env['redis']} on port {redis.port}; {opts.jobs} jobs x "
-            f"{opts.repeats} repeats",
+            f"{opts.repeats} repeats; phases {','.join(opts.phases)}",
             flush=True,
         )
         results = [run_peer(p, redis, opts, workdir) for p in usable]
+        if "flow" in opts.phases:
+            run_flows(list(zip(usable, results)), redis, opts, workdir)
     finally:
         redis.stop()
+    for entry in results:
+        if any(entry["repeats"]):
+            entry["median"] = median_metrics(entry["repeats"])
     for name, err in setup_errors.items():
         results.append({"peer": name, "status": "error", "error": f"setup: {err}", "repeats": []})
 
@@ -194,7 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": opts.repeats,
         "batch": opts.batch,
         "latency_samples": opts.latency_samples,
-        "machine": env,
+        "phases": opts.phases,
+        "flow": {
+            "trees": opts.flows,
+            "children": opts.flow_children,
+            "batch": opts.flow_batch,
+            "concurrency": CONCURRENCY,
+        },
+        "machine": env | {"loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "reference": REFERENCE,
         "results": results,
         "logs": str(workdir),
@@ -203,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + text)
     if opts.output:
         md = opts.output.with_suffix(".md")
+        md.parent.mkdir(parents=True, exist_ok=True)
         md.write_text(text)
         opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {md} and {opts.output.with_suffix('.json')}")

@@ -32,6 +32,7 @@ class Peer:
     script: str = ""  # python: bench/peers/<script>
     extra_args: tuple[str, ...] = field(default=())
     installs_repo: bool = False
+    flows: bool = False  # has a bulk flow API (parent/child jobs): runs the flow phase
 
     @property
     def python(self) -> Path:
@@ -47,8 +48,8 @@ REFERENCE = "bullmq-node"
 PEERS: dict[str, Peer] = {
     p.name: p
     for p in [
-        Peer("bullmq-node", "node"),
-        Peer("echomq", "python", "echomq", "echomq_peer.py", installs_repo=True),
+        Peer("bullmq-node", "node", flows=True),
+        Peer("echomq", "python", "echomq", "echomq_peer.py", installs_repo=True, flows=True),
         Peer("bullmq-py", "python", "bullmq_py", "bullmq_py.py"),
         Peer("saq", "python", "saq", "saq_peer.py"),
         Peer("arq", "python", "arq", "arq_peer.py"),
@@ -58,7 +59,13 @@ PEERS: dict[str, Peer] = {
     ]
 }
 UVLOOP_PEER = Peer(
-    "echomq+uvloop", "python", "echomq", "echomq_peer.py", ("--uvloop",), installs_repo=True
+    "echomq+uvloop",
+    "python",
+    "echomq",
+    "echomq_peer.py",
+    ("--uvloop",),
+    installs_repo=True,
+    flows=True,
 )
 DEFAULT_PEERS = list(PEERS)
 
@@ -145,7 +152,10 @@ class Adapter:
         for raw in self.proc.stdout:
             line = raw.decode(errors="replace")
             if line.startswith(PREFIX):
-                self.messages.put(json.loads(line[len(PREFIX) :]))
+                try:
+                    self.messages.put(json.loads(line[len(PREFIX) :]))
+                except ValueError:
+                    self.messages.put({"protocol_error": f"bad line ({len(line)} chars)"})
             else:
                 self._err.write(raw)
         self.messages.put(None)  # EOF
@@ -162,6 +172,11 @@ class Adapter:
             rc = self.proc.wait()
             raise AdapterError(
                 f"{self.peer.name} {self.role}: exited {rc} without a result (log: {self.log})"
+            )
+        if "protocol_error" in msg:
+            self.kill()
+            raise AdapterError(
+                f"{self.peer.name} {self.role}: {msg['protocol_error']} (log: {self.log})"
             )
         return msg
 

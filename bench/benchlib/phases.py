@@ -8,6 +8,9 @@ One repeat on a flushed Redis:
    library has no bulk API) -> bulk rate; one worker at concurrency 50 drains them.
 3. Flush; an idle worker at concurrency 1 and a producer sending one job at a time
    -> enqueue->processor-start and enqueue->result-seen latencies.
+4. Flows (only peers with a flow API): see ``benchlib/flows.py``.
+
+``--phases`` picks a subset of ``seq`` (1), ``bulk`` (2), ``latency`` (3) and ``flow`` (4).
 
 Drain rate = (N - 1) / (last processor start - first processor start): it excludes the
 worker's process start-up and connection set-up. Redis CPU and command counts are
@@ -190,24 +193,33 @@ def latency(
     }
 
 
-def one_repeat(peer: Peer, redis: RedisServer, n: int, opts: Any, log: Path) -> dict[str, Any]:
-    """All phases of one repeat; returns the flat metrics of this repeat."""
+PHASES = ("seq", "bulk", "latency", "flow")  # flow: see benchlib/flows.py
+
+
+def one_repeat(
+    peer: Peer, redis: RedisServer, n: int, opts: Any, log: Path, phases: set[str] | None = None
+) -> dict[str, Any]:
+    """The seq, bulk and latency phases of one repeat (those in ``phases``; all by default);
+    returns the flat metrics of this repeat. The flow phase is run by ``flows.flow``."""
+    phases = set(PHASES) if phases is None else phases
     t_enq = max(120.0, n / 20)
     t_drain = max(120.0, n / 5)  # rq forks per job: ~30 jobs/s
     out: dict[str, Any] = {}
+    if "seq" in phases:
+        redis.flushall()
+        seq = enqueue(peer, redis, "bench-c1", n, "seq", opts.batch, log, t_enq)
+        assert seq is not None, "every adapter supports sequential enqueue"
+        out["enqueue_seq"] = seq
+        out["drain_c1"] = drain(peer, redis, "bench-c1", n, 1, log, t_drain)
+    if "bulk" in phases:
+        redis.flushall()
+        bulk = enqueue(peer, redis, "bench-c50", n, "bulk", opts.batch, log, t_enq)
+        out["enqueue_bulk"] = bulk
+        if bulk is None:
+            enqueue(peer, redis, "bench-c50", n, "seq", opts.batch, log, t_enq)  # prefill
+        out["drain_c50"] = drain(peer, redis, "bench-c50", n, 50, log, t_drain)
     redis.flushall()
-    seq = enqueue(peer, redis, "bench-c1", n, "seq", opts.batch, log, t_enq)
-    assert seq is not None, "every adapter supports sequential enqueue"
-    out["enqueue_seq"] = seq
-    out["drain_c1"] = drain(peer, redis, "bench-c1", n, 1, log, t_drain)
-    redis.flushall()
-    bulk = enqueue(peer, redis, "bench-c50", n, "bulk", opts.batch, log, t_enq)
-    out["enqueue_bulk"] = bulk
-    if bulk is None:
-        enqueue(peer, redis, "bench-c50", n, "seq", opts.batch, log, t_enq)  # prefill
-    out["drain_c50"] = drain(peer, redis, "bench-c50", n, 50, log, t_drain)
-    redis.flushall()
-    if opts.latency_samples > 0:
+    if "latency" in phases and opts.latency_samples > 0:
         out["latency"] = latency(
             peer, redis, "bench-lat", opts.latency_samples, opts.latency_budget, log
         )

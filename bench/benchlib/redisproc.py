@@ -25,13 +25,26 @@ class RespClient:
     def close(self) -> None:
         self.sock.close()
 
-    def call(self, *parts: str) -> object:
+    @staticmethod
+    def _encode(parts: tuple[str, ...]) -> bytes:
         out = [f"*{len(parts)}\r\n".encode()]
         for p in parts:
             b = p.encode()
             out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-        self.sock.sendall(b"".join(out))
+        return b"".join(out)
+
+    def call(self, *parts: str) -> object:
+        self.sock.sendall(self._encode(parts))
         return self._read()
+
+    def pipeline(self, commands: list[tuple[str, ...]], chunk: int = 1000) -> list[object]:
+        """Send the commands in chunks without waiting, and return their replies in order."""
+        replies: list[object] = []
+        for s in range(0, len(commands), chunk):
+            part = commands[s : s + chunk]
+            self.sock.sendall(b"".join(self._encode(c) for c in part))
+            replies += [self._read() for _ in part]
+        return replies
 
     def _line(self) -> bytes:
         while b"\r\n" not in self.buf:
@@ -190,6 +203,19 @@ class RedisServer:
             "cpu_s": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
             "commands": float(info["total_commands_processed"]),
         }
+
+    def commandstats(self) -> dict[str, dict[str, float]]:
+        """``INFO commandstats``: calls and CPU µs per command so far (for deltas)."""
+        assert self.client is not None
+        text = self.client.call("INFO", "commandstats")
+        assert isinstance(text, str)
+        out = {}
+        for row in text.splitlines():
+            if row.startswith("cmdstat_"):
+                name, _, rest = row[len("cmdstat_") :].partition(":")
+                kv = dict(x.split("=", 1) for x in rest.split(","))
+                out[name] = {"calls": float(kv["calls"]), "usec": float(kv["usec"])}
+        return out
 
     def version(self) -> str:
         assert self.client is not None

@@ -1,11 +1,17 @@
-"""Markdown tables of the medians, and ratios against the reference peer."""
+"""Markdown tables of the medians, and ratios against the reference peer.
+
+One table (plus its ratios) for the plain phases (seq, bulk, latency) and one for the flow
+phase, each only when one of its phases ran; peers without a flow API show n/a there.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+Column = tuple[str, tuple[str, ...], str, bool]
+
 # (column title, path into the median dict, format, higher_is_better)
-COLUMNS: list[tuple[str, tuple[str, ...], str, bool]] = [
+COLUMNS: list[Column] = [
     ("seq enqueue /s", ("enqueue_seq", "rate"), "{:,.0f}", True),
     ("bulk enqueue /s", ("enqueue_bulk", "rate"), "{:,.0f}", True),
     ("drain c=1 /s", ("drain_c1", "rate"), "{:,.0f}", True),
@@ -20,6 +26,21 @@ COLUMNS: list[tuple[str, tuple[str, ...], str, bool]] = [
     ("Redis cmds/job c=50", ("drain_c50", "redis_cmds_per_job"), "{:.1f}", False),
     ("worker CPU µs/job c=1", ("drain_c1", "client_cpu_us_per_job"), "{:.0f}", False),
     ("worker CPU µs/job c=50", ("drain_c50", "client_cpu_us_per_job"), "{:.0f}", False),
+]
+PLAIN_PHASES = ("seq", "bulk", "latency")
+
+# Per job = per parent or child: a tree of 1 + C jobs costs (1 + C) times these.
+FLOW_COLUMNS: list[Column] = [
+    ("flows added /s", ("flow", "enqueue", "flows_per_s"), "{:,.0f}", True),
+    ("flow jobs added /s", ("flow", "enqueue", "jobs_per_s"), "{:,.0f}", True),
+    ("flow jobs drained /s", ("flow", "drain", "rate"), "{:,.0f}", True),
+    ("Redis CPU µs/job add", ("flow", "enqueue", "redis_cpu_us_per_job"), "{:.1f}", False),
+    ("Redis CPU µs/job drain", ("flow", "drain", "redis_cpu_us_per_job"), "{:.1f}", False),
+    ("Redis cmds/job add", ("flow", "enqueue", "redis_cmds_per_job"), "{:.2f}", False),
+    ("Redis cmds/job drain", ("flow", "drain", "redis_cmds_per_job"), "{:.2f}", False),
+    ("producer CPU µs/job", ("flow", "enqueue", "client_cpu_us_per_job"), "{:.0f}", False),
+    ("worker CPU µs/job", ("flow", "drain", "client_cpu_us_per_job"), "{:.0f}", False),
+    ("parent release p50 ms", ("flow", "drain", "release_p50_ms"), "{:.2f}", False),
 ]
 
 
@@ -38,44 +59,97 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render(data: dict[str, Any]) -> str:
-    results = data["results"]
-    ref = next((r for r in results if r["peer"] == data["reference"] and r.get("median")), None)
-    m = data["machine"]
-    out = [
-        f"## Results: {data['jobs']} jobs, median of {data['repeats']} repeats",
-        "",
-        f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['os']}; Redis {m['redis']}; "
-        f"Python {m['python']}; Node {m['node']}. Bulk batches of {data['batch']}; "
-        f"{data['latency_samples']} latency samples (fewer if the time budget ran out).",
-        "",
-        "`-` = the library has no such API or mode (see docs/benchmarks.md).",
-        "",
-    ]
+def _tables(
+    results: list[dict[str, Any]],
+    ref: dict[str, Any] | None,
+    reference: str,
+    columns: list[Column],
+    missing: Any,
+    ratio_note: str,
+) -> list[str]:
+    """The medians table and, when the reference has figures, the ratios table."""
     rows = []
     for r in results:
         row = [r["peer"], str(r.get("version", "?"))]
-        for _title, path, fmt, _hib in COLUMNS:
+        for _title, path, fmt, _hib in columns:
             v = _get(r, path)
-            row.append(fmt.format(v) if v is not None else "-")
+            row.append(fmt.format(v) if v is not None else missing(r))
         rows.append(row)
-    out.append(table(["peer", "version", *[c[0] for c in COLUMNS]], rows))
+    out = [table(["peer", "version", *[c[0] for c in columns]], rows)]
+    if ref is None:
+        return out
+    out += ["", f"Ratios vs {reference} (peer / {reference}; {ratio_note})", ""]
+    rows = []
+    for r in results:
+        row = [r["peer"]]
+        for _title, path, _fmt, _hib in columns:
+            v, b = _get(r, path), _get(ref, path)
+            row.append(f"{v / b:.2f}×" if v is not None and b else missing(r))
+        rows.append(row)
+    out.append(table(["peer", *[c[0] for c in columns]], rows))
+    return out
 
-    if ref is not None:
+
+def _load(m: dict[str, Any]) -> str:
+    """The 1-minute load average at the start and end of the run (other work on the box)."""
+    if "loadavg_start" not in m:
+        return ""
+    return (
+        f" Load average (1 min) {m['loadavg_start'][0]:.1f} at the start, "
+        f"{m['loadavg_end'][0]:.1f} at the end."
+    )
+
+
+def render(data: dict[str, Any]) -> str:
+    results = data["results"]
+    reference = data["reference"]
+    ref = next((r for r in results if r["peer"] == reference and r.get("median")), None)
+    phases = data.get("phases", [*PLAIN_PHASES])  # older result files: no flow phase
+    m = data["machine"]
+    what = "flows" if phases == ["flow"] else f"{data['jobs']} jobs"
+    out = [
+        f"## Results: {what}, median of {data['repeats']} repeats",
+        "",
+        f"Machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['os']}; Redis {m['redis']}; "
+        f"Python {m['python']}; Node {m['node']}. Phases: {', '.join(phases)}." + _load(m),
+        "",
+    ]
+    if any(ph in phases for ph in PLAIN_PHASES):
         out += [
-            "",
-            f"### Ratios vs {data['reference']} (peer / {data['reference']}; "
-            "for the first four columns higher is better, for the rest lower is better)",
+            f"Bulk batches of {data['batch']}; {data['latency_samples']} latency samples "
+            "(fewer if the time budget ran out). "
+            "`-` = the library has no such API or mode (see docs/benchmarks.md).",
             "",
         ]
-        rows = []
-        for r in results:
-            row = [r["peer"]]
-            for _title, path, _fmt, _hib in COLUMNS:
-                v, b = _get(r, path), _get(ref, path)
-                row.append(f"{v / b:.2f}×" if v is not None and b else "-")
-            rows.append(row)
-        out.append(table(["peer", *[c[0] for c in COLUMNS]], rows))
+        out += _tables(
+            results,
+            ref,
+            reference,
+            COLUMNS,
+            lambda r: "-",
+            "for the first four columns higher is better, for the rest lower is better",
+        )
+    if "flow" in phases:
+        f = data["flow"]
+        out += [
+            "",
+            f"### Flows: {f['trees']:,} trees of 1 parent + {f['children']} children "
+            f"({f['trees'] * (f['children'] + 1):,} jobs, one queue)",
+            "",
+            f"Added with the bulk flow call, {f['batch']} trees per call; drained by one worker "
+            f"at concurrency {f['concurrency']}, every processor returning 1. Per job = per "
+            "parent or child. Parent release = parent processor start - its last child's "
+            "processor return. n/a = the library has no flow API.",
+            "",
+        ]
+        out += _tables(
+            results,
+            ref,
+            reference,
+            FLOW_COLUMNS,
+            lambda r: "n/a" if r.get("flows") is False else "-",
+            "for the first three columns higher is better, for the rest lower is better",
+        )
 
     lat = [(r["peer"], _get(r, ("latency", "samples"))) for r in results]
     short = [f"{p}: {int(s)}" for p, s in lat if s is not None and s < data["latency_samples"]]

@@ -5,21 +5,27 @@
 // Protocol lines start with "@@bench " and carry one JSON object. Timestamps come from
 // process.hrtime.bigint(), i.e. CLOCK_MONOTONIC, the clock Python's time.monotonic_ns()
 // reads, so the harness can mix producer and worker times.
+// Flows: `enqueue --mode flow --n TREES --children C --batch B` (FlowProducer.addBulk, B trees
+// per call) and `worker --flow`, with the same job names, data and return value as
+// bench/peers/echomq_peer.py (see bench/peers/_common.py).
 import { readFileSync } from 'node:fs';
-import { Queue, QueueEvents, Worker } from 'bullmq';
+import { FlowProducer, Queue, QueueEvents, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
 const JOB_NAME = 'noop';
+const PARENT_NAME = 'parent';
+const CHILD_NAME = 'child';
 const GRACE_MS = 300;
 
 function parseArgs(argv) {
   const opts = {
     role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
     batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
+    children: 10, flow: false,
   };
   for (let k = 1; k < argv.length; k++) {
     const key = argv[k].replace(/^--/, '');
-    if (key === 'latency' || key === 'uvloop') { opts[key] = true; continue; }
+    if (key === 'latency' || key === 'uvloop' || key === 'flow') { opts[key] = true; continue; }
     const value = argv[++k];
     opts[key] = typeof opts[key] === 'number' ? Number(value) : value;
   }
@@ -39,7 +45,38 @@ function connection(url) {
   return new IORedis({ host: u.hostname, port: Number(u.port || 6379), db, maxRetriesPerRequest: null });
 }
 
+// The i of a flow job: tree*(children+1) for the parent, +1+child for a child.
+const flowIndex = (tree, child, children) => tree * (children + 1) + (child === null ? 0 : 1 + child);
+
+function flowTree(o, tree) {
+  const children = [];
+  for (let k = 0; k < o.children; k++) {
+    children.push({ name: CHILD_NAME, queueName: o.queue, data: { i: flowIndex(tree, k, o.children) } });
+  }
+  return { name: PARENT_NAME, queueName: o.queue, data: { i: flowIndex(tree, null, o.children) }, children };
+}
+
+async function enqueueFlows(o) {
+  const conn = connection(o.url);
+  const flows = new FlowProducer({ connection: conn });
+  await flows.waitUntilReady();
+  await flows.addBulk([flowTree(o, -1)]); // loads the scripts outside the timing
+  await conn.flushdb(); // drop the warm-up tree (this Redis is private to the benchmark)
+  const cpu0 = process.cpuUsage();
+  const t0 = nowNs();
+  for (let s = 0; s < o.n; s += o.batch) {
+    const trees = [];
+    for (let t = s; t < Math.min(o.n, s + o.batch); t++) trees.push(flowTree(o, t));
+    await flows.addBulk(trees);
+  }
+  const t1 = nowNs();
+  const cpu = process.cpuUsage(cpu0);
+  await flows.close();
+  emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9, cpu_s: (cpu.user + cpu.system) / 1e6 } });
+}
+
 async function enqueue(o) {
+  if (o.mode === 'flow') return enqueueFlows(o);
   const queue = new Queue(o.queue, { connection: connection(o.url) });
   await queue.waitUntilReady();
   await queue.getJobCounts(); // loads the scripts outside the timing
@@ -60,6 +97,7 @@ async function enqueue(o) {
 
 async function worker(o) {
   const starts = new Map();
+  const ends = new Map();
   let executions = 0;
   const duplicates = [];
   let first = null;
@@ -76,7 +114,9 @@ async function worker(o) {
     if (first === null || t < first) first = t;
     if (last === null || t > last) last = t;
     if (!o.latency && starts.size >= o.n) finish();
-    return null;
+    if (!o.flow) return null;
+    if (!ends.has(i)) ends.set(i, nowNs());
+    return 1;
   }, { connection: connection(o.url), concurrency: o.concurrency, autorun: false });
   await w.waitUntilReady();
 
@@ -104,7 +144,9 @@ async function worker(o) {
     ready_ns: ready, first_ns: first, last_ns: last, stop_ns: stop,
     cpu_s: (cpu.user + cpu.system) / 1e6,
   };
-  if (o.latency) result.starts = Object.fromEntries([...starts].map(([k, v]) => [String(k), v]));
+  const byI = (m) => Object.fromEntries([...m].map(([k, v]) => [String(k), v]));
+  if (o.latency || o.flow) result.starts = byI(starts);
+  if (o.flow) result.ends = byI(ends);
   emit({ result });
 }
 
@@ -141,4 +183,6 @@ if (!roles[o.role]) {
   process.exit(2);
 }
 await roles[o.role](o);
+// stdout to a pipe is asynchronous in Node: exiting at once would cut a long result line.
+await new Promise((resolve) => process.stdout.write('', resolve));
 process.exit(0);

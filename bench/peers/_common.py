@@ -11,6 +11,15 @@ library. It owns the adapter side of the harness protocol:
 * ``enqueue`` and ``latency`` print only ``{"result": {...}}``.
 * An adapter that cannot do a role prints ``{"unsupported": "why"}`` and exits 0.
 
+Flows (only adapters whose library has them; the harness runs no other): ``enqueue --mode
+flow --n TREES --children C --batch B`` adds TREES trees of one parent job named ``parent``
+and C children named ``child`` (all in ``--queue``), B trees per bulk flow call;
+``worker --flow --n TREES*(C+1)`` drains them. Every job's data carries a distinct
+``i`` (see :func:`flow_index`), every processor returns 1, and the worker's result also has
+``starts`` and ``ends`` (processor start and return times by ``i``), so the harness can check
+that each parent started after all its children had returned. The flow enqueue result also
+carries ``cpu_s``, the producer's CPU over the timed part.
+
 Timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC on Linux), which is shared
 between processes on one machine, so the harness can subtract a producer's enqueue time
 from a worker's processor-start time. Node's ``process.hrtime.bigint()`` reads the same
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import threading
@@ -30,6 +40,8 @@ from typing import Any
 
 PREFIX = "@@bench "
 JOB_NAME = "noop"
+PARENT_NAME = "parent"
+CHILD_NAME = "child"
 GRACE_S = 0.3
 
 
@@ -40,8 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--queue", default="bench")
     p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--mode", choices=["seq", "bulk"], default="seq")
-    p.add_argument("--batch", type=int, default=1000, help="jobs per bulk call")
+    p.add_argument("--mode", choices=["seq", "bulk", "flow"], default="seq")
+    p.add_argument("--batch", type=int, default=1000, help="jobs (flow: trees) per bulk call")
+    p.add_argument("--children", type=int, default=10, help="flow: children per parent")
+    p.add_argument("--flow", action="store_true", help="worker: drain flows (return 1, ends)")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300.0, help="worker gives up after this")
     p.add_argument("--budget", type=float, default=60.0, help="latency: max seconds of sampling")
@@ -105,6 +119,7 @@ class Tracker:
         self.expected = expected
         self.on_complete = on_complete
         self.starts: dict[int, int] = {}
+        self.ends: dict[int, int] = {}
         self.executions = 0
         self.duplicates: list[int] = []
         self.first_ns: int | None = None
@@ -130,6 +145,12 @@ class Tracker:
         if fire and self.on_complete is not None:
             self.on_complete()
 
+    def record_end(self, i: int) -> None:
+        """Note when the processor of ``i`` returned (flows: a parent must start later)."""
+        t = now_ns()
+        with self._lock:
+            self.ends.setdefault(i, t)
+
     def summary(
         self, *, ready_ns: int, stop_ns: int, cpu_s: float, with_starts: bool
     ) -> dict[str, Any]:
@@ -152,6 +173,8 @@ class Tracker:
         }
         if with_starts:
             out["starts"] = {str(k): v for k, v in self.starts.items()}
+        if self.ends:
+            out["ends"] = {str(k): v for k, v in self.ends.items()}
         return out
 
 
@@ -197,7 +220,26 @@ def timed_enqueue_result(n: int, started_ns: int, ended_ns: int) -> dict[str, An
 
 
 def run_main(main: Callable[[], Any], use_uvloop: bool) -> Any:
-    """Run the coroutine function ``main`` on asyncio's loop, or uvloop's if asked."""
+    """Run the coroutine function ``main`` on asyncio's loop, or uvloop's if asked.
+
+    With ``BENCH_PROFILE=DIR`` in the environment, the run is profiled with cProfile (on process
+    CPU time) and the stats are written to ``DIR/<role>-<pid>.prof`` (diagnosis only: it slows
+    the adapter).
+    """
+    out_dir = os.environ.get("BENCH_PROFILE")
+    if out_dir:
+        import cProfile
+
+        prof = cProfile.Profile(time.process_time)  # CPU, not wall: the box may be loaded
+        try:
+            return prof.runcall(_run_loop, main, use_uvloop)
+        finally:
+            role = sys.argv[1] if len(sys.argv) > 1 else "run"
+            prof.dump_stats(os.path.join(out_dir, f"{role}-{os.getpid()}.prof"))
+    return _run_loop(main, use_uvloop)
+
+
+def _run_loop(main: Callable[[], Any], use_uvloop: bool) -> Any:
     if use_uvloop:
         import uvloop  # imported lazily: only the echomq venv has it
 
@@ -248,9 +290,16 @@ async def drive_async_worker(
     await asyncio.sleep(GRACE_S)  # let a duplicate delivery show up before we stop
     await stop()
     emit_result(
-        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency)
+        tracker.summary(
+            ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency or args.flow
+        )
     )
 
 
 def chunks(n: int, size: int) -> list[range]:
     return [range(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def flow_index(tree: int, child: int | None, children: int) -> int:
+    """The ``i`` of a flow job: ``tree*(children+1)`` for the parent, ``+1+child`` for a child."""
+    return tree * (children + 1) + (0 if child is None else 1 + child)
