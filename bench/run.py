@@ -4,6 +4,7 @@
     python bench/run.py [--jobs 10000] [--repeats 3] [--peers a,b,c] [--output FILE] [--uvloop]
                         [--phases seq,bulk,latency,flow]
     python bench/run.py --phases cpu [--peers echomq,celery,rq,bullmq-node] [--repeats 1]
+    python bench/run.py --phases scheduler --peers bullmq-node,echomq [--repeats 1]
 
 Runs on the system Python with the standard library only. It builds each peer's
 environment (bench/.venvs/<peer>, bench/node/node_modules), starts its own redis-server
@@ -16,6 +17,11 @@ echomq); the others show n/a there. By default it adds --jobs / --flow-children 
 (1 000 trees of 1 parent + 10 children for the default 10 000 jobs), --flow-batch trees
 per bulk flow call, and drains them with one worker at concurrency 50. It runs after the
 other phases, repeat by repeat across the peers, so load drift on the machine hits them alike.
+
+The scheduler phase (benchlib/schedulers.py) is not in the default list (it adds ~35 s per
+peer and repeat): --phases scheduler runs --schedulers every-schedulers of --scheduler-every s
+with one worker at concurrency 50 for --scheduler-duration s, for peers with job schedulers
+(BullMQ for Node, echomq), repeat by repeat across the peers like the flow phase.
 
 Adapters speak a one-line JSON protocol: see bench/peers/_common.py.
 """
@@ -40,8 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import cpu, report  # noqa: E402
 from benchlib.flows import CONCURRENCY, flow  # noqa: E402
 from benchlib.peers import DEFAULT_PEERS, PEERS, REFERENCE, UVLOOP_PEER, Peer, run_once, setup  # noqa: E402
-from benchlib.phases import PHASES, VerificationError, one_repeat  # noqa: E402
+from benchlib.phases import EXTRA_PHASES, PHASES, VerificationError, one_repeat  # noqa: E402
 from benchlib.redisproc import RedisServer  # noqa: E402
+from benchlib.schedulers import CONCURRENCY as SCHEDULER_CONCURRENCY  # noqa: E402
+from benchlib.schedulers import scheduler  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,8 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--phases",
         default=",".join(PHASES),
-        help=f"comma-separated phases to run, from: {', '.join(PHASES)} (default: all)",
+        help=f"comma-separated phases to run, from: {', '.join(PHASES + EXTRA_PHASES)} "
+        f"(default: {','.join(PHASES)})",
     )
+    p.add_argument("--schedulers", type=int, default=1000, help="scheduler phase: schedulers")
+    p.add_argument("--scheduler-every", type=float, default=1.0, help="their interval (1.0 s)")
+    p.add_argument("--scheduler-duration", type=float, default=30.0, help="measured seconds (30)")
     p.add_argument(
         "--flows",
         type=int,
@@ -90,10 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--phases cpu runs on its own; run the other phases separately")
         opts.phases = ["cpu"]
         return opts
-    unknown = [x for x in phases if x not in PHASES]
+    known = PHASES + EXTRA_PHASES
+    unknown = [x for x in phases if x not in known]
     if unknown or not phases:
-        p.error(f"--phases: unknown {unknown or 'empty'}; known: {', '.join(PHASES)}")
-    opts.phases = [x for x in PHASES if x in phases]
+        p.error(f"--phases: unknown {unknown or 'empty'}; known: {', '.join(known)}")
+    opts.phases = [x for x in known if x in phases]
     if opts.flows is None:
         opts.flows = max(1, opts.jobs // max(1, opts.flow_children))
     return opts
@@ -175,7 +188,8 @@ def run_peer(
     """The version and every repeat of the seq, bulk and latency phases, for one peer."""
     log = logdir / f"{peer.name}.log"
     entry: dict[str, Any] = {"peer": peer.name, "flows": peer.flows, "repeats": [], "status": "ok"}
-    plain = set(opts.phases) - {"flow"}
+    entry["schedulers"] = peer.schedulers
+    plain = set(opts.phases) - {"flow", *EXTRA_PHASES}
     try:
         entry["version"] = run_once(peer, "version", [], log, 120)["result"]["version"]
         for r in range(opts.repeats):
@@ -223,6 +237,39 @@ def run_flows(
                 )
 
 
+def run_schedulers(
+    pairs: list[tuple[Peer, dict[str, Any]]],
+    redis: RedisServer,
+    opts: argparse.Namespace,
+    logdir: Path,
+) -> None:
+    """The scheduler phase, repeat by repeat across the peers, as :func:`run_flows`."""
+    for r in range(opts.repeats):
+        for peer, entry in pairs:
+            if entry["status"] != "ok" or len(entry["repeats"]) <= r:
+                continue
+            log = logdir / f"{peer.name}.log"
+            t0 = time.monotonic()
+            try:
+                entry["repeats"][r]["scheduler"] = scheduler(
+                    peer,
+                    redis,
+                    opts.schedulers,
+                    opts.scheduler_every,
+                    opts.scheduler_duration,
+                    log,
+                )
+            except Exception as exc:
+                _record_failure(entry, exc, log)
+                continue
+            if peer.schedulers:
+                print(
+                    f"  {peer.name}: scheduler repeat {r + 1}/{opts.repeats} done in "
+                    f"{time.monotonic() - t0:.1f}s",
+                    flush=True,
+                )
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     if opts.phases == ["cpu"]:
@@ -261,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         results = [run_peer(p, redis, opts, workdir) for p in usable]
         if "flow" in opts.phases:
             run_flows(list(zip(usable, results)), redis, opts, workdir)
+        if "scheduler" in opts.phases:
+            run_schedulers(list(zip(usable, results)), redis, opts, workdir)
     finally:
         redis.stop()
     for entry in results:
@@ -283,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
             "children": opts.flow_children,
             "batch": opts.flow_batch,
             "concurrency": CONCURRENCY,
+        },
+        "scheduler": {
+            "schedulers": opts.schedulers,
+            "every_s": opts.scheduler_every,
+            "duration_s": opts.scheduler_duration,
+            "concurrency": SCHEDULER_CONCURRENCY,
         },
         "machine": env | {"loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "reference": REFERENCE,

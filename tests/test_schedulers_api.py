@@ -418,3 +418,40 @@ async def test_taken_iteration_ids_are_refused(redis: Redis, queue_name: str) ->
     async with Queue(queue_name, connection=redis) as queue:
         job = await queue.upsert_job_scheduler("every", every=1, start_date=start_ms / 1000)
     assert job is not None and job.id == f"repeat:every:{start_ms + 32 * 1000}"
+
+
+class _FailsOnce:
+    """A worker connection whose first call meets a lost connection (an injected fault in
+    front of the real Redis), as when Redis restarts between a fetch and the next call."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.failed = 0
+
+    async def run(self, op: Any) -> Any:
+        if not self.failed:
+            self.failed += 1
+            raise echomq.RedisUnavailableError("injected: connection lost", address="test")
+        return await self._conn.run(op)
+
+
+async def test_a_transient_error_does_not_stop_a_scheduler(
+    redis: Redis, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The next iteration is made through outages (BullMQ retries this step too): one failed
+    call must not leave the scheduler without a next iteration for ever."""
+    seen: list[str] = []
+
+    async def record(job: Job) -> None:
+        seen.append(job.id)
+
+    async with Queue(queue_name, connection=redis) as queue:
+        await queue.upsert_job_scheduler("tick", every=0.2)
+        worker = Worker(queue_name, record, connection=redis, **FAST)
+        flaky = _FailsOnce(worker._schedulers._conn)
+        worker._schedulers._conn = flaky  # type: ignore[assignment]
+        async with worker:
+            await wait_for(lambda: asyncio.sleep(0, len(seen) >= 3), timeout=10)
+    assert flaky.failed == 1
+    assert len(set(seen)) == len(seen)  # no iteration ran twice
+    assert "went through after 1 failed try" in caplog.text

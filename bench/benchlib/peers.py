@@ -33,6 +33,7 @@ class Peer:
     extra_args: tuple[str, ...] = field(default=())
     installs_repo: bool = False
     flows: bool = False  # has a bulk flow API (parent/child jobs): runs the flow phase
+    schedulers: bool = False  # has job schedulers (every): runs the scheduler phase
 
     @property
     def python(self) -> Path:
@@ -48,8 +49,16 @@ REFERENCE = "bullmq-node"
 PEERS: dict[str, Peer] = {
     p.name: p
     for p in [
-        Peer("bullmq-node", "node", flows=True),
-        Peer("echomq", "python", "echomq", "echomq_peer.py", installs_repo=True, flows=True),
+        Peer("bullmq-node", "node", flows=True, schedulers=True),
+        Peer(
+            "echomq",
+            "python",
+            "echomq",
+            "echomq_peer.py",
+            installs_repo=True,
+            flows=True,
+            schedulers=True,
+        ),
         Peer("bullmq-py", "python", "bullmq_py", "bullmq_py.py"),
         Peer("saq", "python", "saq", "saq_peer.py"),
         Peer("arq", "python", "arq", "arq_peer.py"),
@@ -66,6 +75,7 @@ UVLOOP_PEER = Peer(
     ("--uvloop",),
     installs_repo=True,
     flows=True,
+    schedulers=True,
 )
 DEFAULT_PEERS = list(PEERS)
 

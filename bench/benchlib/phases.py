@@ -194,6 +194,8 @@ def latency(
 
 
 PHASES = ("seq", "bulk", "latency", "flow")  # flow: see benchlib/flows.py
+#: Phases run only when --phases names them (scheduler: benchlib/schedulers.py, ~35 s a peer).
+EXTRA_PHASES = ("scheduler",)
 
 
 def one_repeat(

@@ -1,7 +1,8 @@
 """Markdown tables of the medians, and ratios against the reference peer.
 
-One table (plus its ratios) for the plain phases (seq, bulk, latency) and one for the flow
-phase, each only when one of its phases ran; peers without a flow API show n/a there.
+One table (plus its ratios) for the plain phases (seq, bulk, latency), one for the flow
+phase and one for the scheduler phase, each only when one of its phases ran; peers without a
+flow API (or job schedulers) show n/a there.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ FLOW_COLUMNS: list[Column] = [
     ("producer CPU µs/job", ("flow", "enqueue", "client_cpu_us_per_job"), "{:.0f}", False),
     ("worker CPU µs/job", ("flow", "drain", "client_cpu_us_per_job"), "{:.0f}", False),
     ("parent release p50 ms", ("flow", "drain", "release_p50_ms"), "{:.2f}", False),
+]
+
+SCHEDULER_COLUMNS: list[Column] = [
+    ("iterations /s", ("scheduler", "iterations_per_s"), "{:,.0f}", True),
+    ("of ideal", ("scheduler", "of_ideal"), "{:.1%}", True),
+    ("lateness p50 ms", ("scheduler", "lateness_p50_ms"), "{:.1f}", False),
+    ("lateness p99 ms", ("scheduler", "lateness_p99_ms"), "{:.1f}", False),
+    ("Redis CPU µs/iteration", ("scheduler", "redis_cpu_us_per_iteration"), "{:.1f}", False),
+    ("Redis cmds/iteration", ("scheduler", "redis_cmds_per_iteration"), "{:.2f}", False),
+    ("worker CPU µs/iteration", ("scheduler", "worker_cpu_us_per_iteration"), "{:.0f}", False),
 ]
 
 
@@ -106,7 +117,9 @@ def render(data: dict[str, Any]) -> str:
     ref = next((r for r in results if r["peer"] == reference and r.get("median")), None)
     phases = data.get("phases", [*PLAIN_PHASES])  # older result files: no flow phase
     m = data["machine"]
-    what = "flows" if phases == ["flow"] else f"{data['jobs']} jobs"
+    what = {"flow": "flows", "scheduler": "job schedulers"}.get(
+        phases[0] if len(phases) == 1 else "", f"{data['jobs']} jobs"
+    )
     out = [
         f"## Results: {what}, median of {data['repeats']} repeats",
         "",
@@ -149,6 +162,29 @@ def render(data: dict[str, Any]) -> str:
             FLOW_COLUMNS,
             lambda r: "n/a" if r.get("flows") is False else "-",
             "for the first three columns higher is better, for the rest lower is better",
+        )
+
+    if "scheduler" in phases and "scheduler" in data:
+        sc = data["scheduler"]
+        out += [
+            "",
+            f"### Schedulers: {sc['schedulers']:,} every-schedulers of {sc['every_s']:g} s, "
+            f"one queue, {sc['duration_s']:g} s",
+            "",
+            f"One worker process at concurrency {sc['concurrency']}, every processor returning "
+            f"at once; measured over {sc['duration_s']:g} s after a 2 s warm-up. Ideal = "
+            f"{sc['schedulers'] / sc['every_s']:,.0f} iterations/s. Lateness = processor start - "
+            "the iteration's scheduled time (the ms in its id). Per iteration = per processor "
+            "start in the window. n/a = the library has no job schedulers.",
+            "",
+        ]
+        out += _tables(
+            results,
+            ref,
+            reference,
+            SCHEDULER_COLUMNS,
+            lambda r: "n/a" if r.get("schedulers") is False else "-",
+            "for the first two columns higher is better, for the rest lower is better",
         )
 
     lat = [(r["peer"], _get(r, ("latency", "samples"))) for r in results]

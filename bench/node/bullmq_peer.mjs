@@ -21,7 +21,7 @@ function parseArgs(argv) {
   const opts = {
     role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
     batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
-    children: 10, flow: false,
+    children: 10, flow: false, every: 1.0, duration: 30, warmup: 2,
   };
   for (let k = 1; k < argv.length; k++) {
     const key = argv[k].replace(/^--/, '');
@@ -171,13 +171,70 @@ async function latency(o) {
   emit({ result: { samples } });
 }
 
+// The schedulers role (bench/benchlib/schedulers.py), as bench/peers/_common.py's
+// SchedulerRecorder and drive_scheduler_run: --n every-schedulers of --every s, one worker,
+// --warmup s unmeasured, then a --duration s window announced to the harness.
+async function schedulers(o) {
+  const queue = new Queue(o.queue, { connection: connection(o.url) });
+  await queue.waitUntilReady();
+  const t0 = nowNs();
+  for (let k = 0; k < o.n; k++) {
+    await queue.upsertJobScheduler(`s${k}`, { every: Math.round(o.every * 1000) }, { name: 'tick', data: { k } });
+  }
+  const upsertS = (nowNs() - t0) / 1e9;
+  const runs = []; // [job id, scheduled ms, start ms]
+  const w = new Worker(o.queue, async (job) => {
+    const start = Date.now();
+    const m = /^(repeat:.*):(\d+)$/.exec(job.id);
+    runs.push([job.id, m ? Number(m[2]) : job.timestamp + (job.delay || 0), start]);
+    return null;
+  }, { connection: connection(o.url), concurrency: o.concurrency, autorun: false });
+  await w.waitUntilReady();
+  emit({ ready: true });
+  const running = w.run();
+  await sleep(o.warmup * 1000);
+  const w0 = Date.now();
+  const cpu0 = process.cpuUsage();
+  emit({ window: 'start' });
+  await sleep(o.duration * 1000);
+  const w1 = Date.now();
+  const cpu = process.cpuUsage(cpu0);
+  emit({ window: 'end' });
+  await w.close();
+  await running;
+  await queue.close();
+  const seen = new Map();
+  const slots = new Map();
+  for (const [id, scheduled] of runs) {
+    seen.set(id, (seen.get(id) || 0) + 1);
+    if (seen.get(id) === 1) {
+      const key = id.slice(0, id.lastIndexOf(':'));
+      if (!slots.has(key)) slots.set(key, []);
+      slots.get(key).push(scheduled);
+    }
+  }
+  let doubled = 0;
+  for (const times of slots.values()) {
+    times.sort((a, b) => a - b);
+    for (let k = 1; k < times.length; k++) if (times[k] - times[k - 1] < o.every * 1000) doubled++;
+  }
+  let dup = 0;
+  for (const n of seen.values()) dup += n - 1;
+  const late = runs.filter(([, , s]) => s >= w0 && s < w1).map(([, sch, s]) => Math.round((s - sch) * 10) / 10);
+  emit({ result: {
+    executions: runs.length, distinct: seen.size, duplicate_count: dup, doubled_slots: doubled,
+    schedulers_seen: slots.size, window_s: (w1 - w0) / 1000, window_starts: late.length,
+    lateness_ms: late, cpu_s: (cpu.user + cpu.system) / 1e6, upsert_s: upsertS,
+  } });
+}
+
 function version() {
   const pkg = JSON.parse(readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url)));
   emit({ result: { version: pkg.version } });
 }
 
 const o = parseArgs(process.argv.slice(2));
-const roles = { enqueue, worker, latency, version };
+const roles = { enqueue, worker, latency, version, schedulers };
 if (!roles[o.role]) {
   process.stderr.write(`unknown role ${o.role}\n`);
   process.exit(2);

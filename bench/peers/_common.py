@@ -42,13 +42,14 @@ PREFIX = "@@bench "
 JOB_NAME = "noop"
 PARENT_NAME = "parent"
 CHILD_NAME = "child"
+TICK_NAME = "tick"  # the schedulers role's iterations
 GRACE_S = 0.3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the common adapter command line."""
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["enqueue", "worker", "latency", "version"])
+    p.add_argument("role", choices=["enqueue", "worker", "latency", "version", "schedulers"])
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--queue", default="bench")
     p.add_argument("--n", type=int, default=1000)
@@ -62,6 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gap", type=float, default=0.005, help="latency: pause between samples")
     p.add_argument("--latency", action="store_true", help="worker: idle-latency mode")
     p.add_argument("--uvloop", action="store_true")
+    # the schedulers role (benchlib/schedulers.py): --n schedulers of --every seconds
+    p.add_argument("--every", type=float, default=1.0, help="schedulers: interval (s)")
+    p.add_argument("--duration", type=float, default=30.0, help="schedulers: seconds of run")
+    p.add_argument("--warmup", type=float, default=2.0, help="schedulers: unmeasured start (s)")
     return p.parse_args(argv)
 
 
@@ -303,3 +308,75 @@ def chunks(n: int, size: int) -> list[range]:
 def flow_index(tree: int, child: int | None, children: int) -> int:
     """The ``i`` of a flow job: ``tree*(children+1)`` for the parent, ``+1+child`` for a child."""
     return tree * (children + 1) + (0 if child is None else 1 + child)
+
+
+class SchedulerRecorder:
+    """The schedulers role's record of iterations (asyncio processors, one thread).
+
+    ``record`` notes each processor start: the iteration id, its scheduled time (the ms in
+    ``repeat:<scheduler id>:<ms>``, else the job's timestamp + delay) and the wall clock.
+    Lateness = start - scheduled time, in ms (both wall clocks of this machine).
+    """
+
+    def __init__(self, every_s: float) -> None:
+        self.every_ms = every_s * 1000
+        self.runs: list[tuple[str, float, float]] = []  # (job id, scheduled ms, start ms)
+
+    def record(self, job_id: str, fallback_ms: float) -> None:
+        start = time.time() * 1000
+        head, _, tail = job_id.rpartition(":")
+        scheduled = float(tail) if head.startswith("repeat:") and tail.isdigit() else fallback_ms
+        self.runs.append((job_id, scheduled, start))
+
+    def result(self, w0: float, w1: float, cpu_s: float, upsert_s: float) -> dict[str, Any]:
+        seen: dict[str, int] = {}
+        slots: dict[str, list[float]] = {}
+        for job_id, scheduled, _ in self.runs:
+            seen[job_id] = seen.get(job_id, 0) + 1
+            if seen[job_id] == 1:
+                slots.setdefault(job_id.rpartition(":")[0], []).append(scheduled)
+        doubled = 0
+        for times in slots.values():
+            times.sort()
+            doubled += sum(1 for a, b in zip(times, times[1:]) if b - a < self.every_ms)
+        late = [round(start - sch, 1) for _, sch, start in self.runs if w0 <= start < w1]
+        return {
+            "executions": len(self.runs),
+            "distinct": len(seen),
+            "duplicate_count": sum(n - 1 for n in seen.values()),
+            "doubled_slots": doubled,
+            "schedulers_seen": len(slots),
+            "window_s": (w1 - w0) / 1000,
+            "window_starts": len(late),
+            "lateness_ms": late,
+            "cpu_s": cpu_s,
+            "upsert_s": upsert_s,
+        }
+
+
+async def drive_scheduler_run(
+    args: argparse.Namespace,
+    rec: SchedulerRecorder,
+    run: Callable[[], Any],
+    close: Callable[[], Any],
+    upsert_s: float,
+) -> None:
+    """The schedulers role after the upserts: ``ready``, run the worker (``run()`` is its
+    coroutine) for ``--warmup`` s, then a measured window of ``--duration`` s announced with
+    ``{"window": "start"}`` / ``{"window": "end"}`` (the harness reads Redis CPU at each),
+    then ``close()`` and the result."""
+    import asyncio
+
+    emit_ready()
+    task = asyncio.create_task(run())
+    await asyncio.sleep(args.warmup)
+    w0 = time.time() * 1000
+    cpu0 = cpu_seconds()
+    emit({"window": "start"})
+    await asyncio.sleep(args.duration)
+    w1 = time.time() * 1000
+    cpu = cpu_seconds() - cpu0
+    emit({"window": "end"})
+    await close()
+    await task
+    emit_result(rec.result(w0, w1, cpu, upsert_s))

@@ -110,6 +110,29 @@ async def latency(args) -> None:
     c.emit_result(result)
 
 
+async def schedulers(args) -> None:
+    """``--n`` every-schedulers of ``--every`` s run by one worker (benchlib/schedulers.py)."""
+    conn = aioredis.Redis.from_url(args.url)
+    await conn.ping()
+    queue = echomq.Queue(args.queue, connection=conn)
+    t0 = c.now_ns()
+    for k in range(args.n):
+        await queue.upsert_job_scheduler(
+            f"s{k}", every=args.every, template={"name": c.TICK_NAME, "data": {"k": k}}
+        )
+    upsert_s = (c.now_ns() - t0) / 1e9
+    rec = c.SchedulerRecorder(args.every)
+
+    async def process(job):
+        rec.record(job.id, job.timestamp.timestamp() * 1000 + job.delay * 1000)
+        return None
+
+    w = echomq.Worker(args.queue, process, connection=args.url, concurrency=args.concurrency)
+    await c.drive_scheduler_run(args, rec, w.run, w.close, upsert_s)
+    await queue.aclose()
+    await conn.aclose()
+
+
 def main() -> None:
     args = c.parse_args()
     if args.role == "version":
@@ -117,7 +140,9 @@ def main() -> None:
             {"version": importlib.metadata.version("echomq") + (" (uvloop)" if args.uvloop else "")}
         )
         return
-    role = {"enqueue": enqueue, "worker": worker, "latency": latency}[args.role]
+    role = {"enqueue": enqueue, "worker": worker, "latency": latency, "schedulers": schedulers}[
+        args.role
+    ]
     c.run_main(lambda: role(args), args.uvloop)
 
 

@@ -145,7 +145,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._backoff_strategy = backoff_strategy
         self._connect_timeout = None if connect_timeout is None else connect_budget(connect_timeout)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=self._connect_timeout)
-        self._schedulers = SchedulerContinuer(self._keys, self._conn)
+        self._schedulers = SchedulerContinuer(self._keys, self._conn, self._give_up)
         check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
         self._life = Lifecycle()

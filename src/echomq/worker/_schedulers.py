@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import _cron
@@ -22,6 +23,7 @@ from ..errors import InvalidOptionError
 from ..job import Job
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
+from ._outages import call_through_outages
 
 logger = logging.getLogger("echomq.worker")
 
@@ -90,9 +92,12 @@ def next_iteration_options(job: Job, now_ms: int) -> tuple[dict[str, Any], int |
 class SchedulerContinuer:
     """Creates next iterations for the scheduler jobs a worker takes."""
 
-    def __init__(self, keys: QueueKeys, conn: AsyncConn) -> None:
+    def __init__(
+        self, keys: QueueKeys, conn: AsyncConn, give_up: Callable[[], bool] = lambda: False
+    ) -> None:
         self._keys = keys
         self._conn = conn
+        self._give_up = give_up
         self._warned: set[str] = set()
 
     async def on_taken(self, job: Job) -> None:
@@ -124,16 +129,19 @@ class SchedulerContinuer:
             return
         opts, cron_next = planned
         op = wops.continue_scheduler(self._keys, scheduler_id, job.id, opts, now, cron_next)
+        # Through outages, as BullMQ retries this step: a scheduler whose next iteration is not
+        # made stops for good. A resend is harmless: once the first call made the next
+        # iteration, this job is no longer the scheduler's current one and nothing is created.
+        what = f"queue={self._keys.name} job={job.id} next iteration of scheduler {scheduler_id}"
         try:
-            created = await self._conn.run(op)
-        except TRANSIENT as exc:
-            logger.error(
-                "queue=%s job=%s next iteration of job scheduler %s not created: %s",
-                self._keys.name,
-                job.id,
-                scheduler_id,
-                exc,
+            created = await call_through_outages(
+                what, lambda _resend: self._conn.run(op), self._give_up
             )
+        except TRANSIENT as exc:  # not an outage (e.g. a script error): logged, the job runs
+            logger.error("%s not created: %s", what, exc)
+            return
+        if created is None:
+            logger.error("%s not created: Redis stayed unavailable while closing", what)
             return
         if created:
             logger.debug(
