@@ -39,6 +39,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -54,7 +55,9 @@ __all__ = [
     "Durability",
     "EmbeddedRedisError",
     "RedisServer",
+    "EmbeddedServerStatus",
     "default_data_dir",
+    "embedded_server_status",
     "ensure_embedded_server",
     "find_redis_server",
     "resolve_durability",
@@ -816,3 +819,52 @@ def stop_embedded_server(data_dir: Path | None = None, *, timeout: float = _STOP
             time.sleep(0.02)
         logger.info("stopped the embedded redis-server in %s", directory)
         return True
+
+
+@dataclass(frozen=True)
+class EmbeddedServerStatus:
+    """What :func:`embedded_server_status` found in a shared server's data directory."""
+
+    #: The data directory (AOF, log, pidfile, socket).
+    data_dir: Path
+    #: The URL the server answers on when it runs.
+    url: str
+    #: ``"running"``, ``"loading"`` (up, still reading its AOF) or ``"stopped"``.
+    state: str
+    #: The server's process id, when it runs (from its pidfile).
+    pid: int | None
+    #: Bytes taken by the files under ``data_dir`` (mostly the AOF).
+    size: int
+    #: The server's log file.
+    log_path: Path
+
+
+def embedded_server_status(data_dir: Path | None = None) -> EmbeddedServerStatus:
+    """Describe the shared server of ``data_dir`` without starting or changing anything.
+
+    Args:
+        data_dir: The server's directory; defaults to :func:`default_data_dir`.
+
+    Returns:
+        Where its data is, how big it is, whether it runs and its pid.
+    """
+    directory = _resolve_data_dir(data_dir)
+    sock = directory / _SOCKET_NAME
+    state = _probe(str(sock)) if directory.is_dir() else "down"
+    pid = _read_pid(directory / _PIDFILE_NAME)
+    if state == "down" or pid is None or not _pid_alive(pid):
+        pid = None
+    size = 0
+    if directory.is_dir():
+        for path in directory.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink():
+                    size += path.stat().st_size
+    return EmbeddedServerStatus(
+        data_dir=directory,
+        url=_socket_url(sock),
+        state={"ok": "running", "loading": "loading"}.get(state, "stopped"),
+        pid=pid,
+        size=size,
+        log_path=directory / _LOGFILE_NAME,
+    )

@@ -1,5 +1,5 @@
-"""The ``echomq`` command: ``worker``, ``queue``, ``scheduler`` and ``demo``, a thin layer over
-the public API.
+"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``add``, ``scheduler``, ``demo``
+and ``server``, a thin layer over the public API.
 
 This package is the only code in echomq that configures logging, installs signal handlers or
 prints. Every subcommand finds Redis the same way (``--url``, ``$ECHOMQ_REDIS_URL``, else the
@@ -7,12 +7,15 @@ embedded server; see :mod:`echomq.cli._connect`).
 
 Exit codes: 0 success; 1 an operation failed (Redis unreachable, job not found, refused);
 2 a usage or setup problem (bad arguments, processor that cannot be loaded, no Redis server to
-run); 130 interrupted; 128 + N when a second signal N stopped a worker at once.
+run); 130 interrupted; 128 + N when a second signal N stopped a worker at once; 141
+(128 + SIGPIPE) when the reader of the output went away (``echomq ... | head``), without a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,26 +23,30 @@ import redis.exceptions
 
 from .. import __version__
 from ..errors import EchoMQError, ValidationError
-from . import _demo, _queue, _scheduler, _worker
-from ._connect import connection_options
-from ._errors import EXIT_FAILURE, EXIT_USAGE, CliError
+from . import _add, _demo, _queue, _queues, _scheduler, _server, _worker
+from ._connect import connection_options, fill_defaults
+from ._errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_USAGE, CliError
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``echomq`` command."""
+    parents = [connection_options()]
     parser = argparse.ArgumentParser(
         prog="echomq",
         description="EchoMQ: a Redis job queue, wire-compatible with BullMQ.",
+        parents=parents,  # --url and friends also before the subcommand
     )
     parser.add_argument("--version", action="version", version=f"echomq {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parents = [connection_options()]
     _worker.add_parser(subparsers, parents)
     _queue.add_parser(subparsers, parents)
+    _queues.add_parser(subparsers, parents)
+    _add.add_parser(subparsers, parents)
     _scheduler.add_parser(subparsers, parents)
     _demo.add_parser(subparsers, parents)
+    _server.add_parser(subparsers, parents)
     return parser
 
 
@@ -56,6 +63,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The process exit code (see the module docstring).
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here for short output
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (captured output)
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -64,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    fill_defaults(args)
     try:
         code: int = args.handler(args)
     except CliError as exc:

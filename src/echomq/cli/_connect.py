@@ -6,6 +6,11 @@ use). Using the embedded server is announced once on stderr with its fsync polic
 mistakes it for theirs or for a different durability. ``--durability`` (else
 ``$ECHOMQ_DURABILITY``, else ``always``) applies to the embedded server only; given explicitly
 together with a URL it is ignored with a note on stderr.
+
+The connection options are accepted at every level of a command line (``echomq --url X queue
+emails counts`` and ``echomq queue emails counts --url X``): every parser declares them with a
+suppressed default, so a level where they are absent never overwrites one where they were
+given, and :func:`fill_defaults` supplies the defaults after parsing.
 """
 
 from __future__ import annotations
@@ -13,36 +18,66 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
+
+import redis
+import redis.exceptions
 
 from .._fail_fast import redact_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
 from ..errors import EmbeddedRedisError
-from ..protocol.keys import DEFAULT_PREFIX
+from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._errors import EXIT_USAGE, CliError
 
 URL_ENV = "ECHOMQ_REDIS_URL"
+#: The value each connection option takes when no level of the command line gave it.
+DEFAULTS: dict[str, object] = {"url": None, "prefix": DEFAULT_PREFIX, "durability": None}
 
 
 def connection_options() -> argparse.ArgumentParser:
-    """A parent parser with ``--url``, ``--prefix`` and ``--durability``, for every subcommand."""
+    """A parent parser with ``--url``, ``--prefix`` and ``--durability``, for every subcommand.
+
+    Their defaults are suppressed (see the module docstring); call :func:`fill_defaults` on the
+    parsed namespace.
+    """
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("connection")
     group.add_argument(
         "--url",
+        default=argparse.SUPPRESS,
         help=f"Redis URL (redis://, rediss:// or unix://); default ${URL_ENV}, "
         "else a private embedded Redis",
     )
     group.add_argument(
-        "--prefix", default=DEFAULT_PREFIX, help=f"key prefix (default: {DEFAULT_PREFIX})"
+        "--prefix",
+        default=argparse.SUPPRESS,
+        help=f"key prefix (default: {DEFAULT_PREFIX})",
     )
     group.add_argument(
         "--durability",
+        default=argparse.SUPPRESS,
         choices=DURABILITIES,
         help="AOF fsync of the embedded Redis: 'always' (an acknowledged add survives a crash of "
         "the server) or 'everysec' (faster; up to ~1 s of acknowledged adds can be lost); "
         f"default ${DURABILITY_ENV}, else always. Not used with --url",
     )
     return parent
+
+
+def fill_defaults(args: argparse.Namespace) -> None:
+    """Give ``args`` the default of every connection option no level of the command line set."""
+    for name, default in DEFAULTS.items():
+        if not hasattr(args, name):
+            setattr(args, name, default)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Redis a command talks to."""
+
+    url: str
+    #: Whether it is the private embedded server (no ``--url``, no ``$ECHOMQ_REDIS_URL``).
+    embedded: bool
 
 
 def resolve_url(url: str | None, durability: str | None = None) -> str:
@@ -56,6 +91,11 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
         CliError: no URL was given and the embedded server cannot run (exit code 2).
         ValidationError: ``$ECHOMQ_DURABILITY`` holds an unknown policy (exit code 2).
     """
+    return resolve(url, durability).url
+
+
+def resolve(url: str | None, durability: str | None = None) -> Target:
+    """As :func:`resolve_url`, also saying whether the URL is the embedded server's."""
     given = url or os.environ.get(URL_ENV)
     if given:
         if durability is not None:
@@ -64,7 +104,7 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
                 "your server's own appendfsync setting decides",
                 file=sys.stderr,
             )
-        return given
+        return Target(given, embedded=False)
     policy = resolve_durability(durability)
     try:
         embedded = ensure_embedded_server(durability=policy)
@@ -78,7 +118,35 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
         f"set {URL_ENV} or --url to use your own",
         file=sys.stderr,
     )
-    return embedded
+    return Target(embedded, embedded=True)
+
+
+def warn_if_no_queue(target: Target, queue: str, prefix: str) -> None:
+    """On the embedded server, warn on stderr when it holds no key of ``queue``.
+
+    Someone who ran a worker with ``--url`` and then ``echomq queue`` without it would
+    otherwise read an empty queue of the embedded server and believe it.
+    """
+    if not target.embedded:
+        return
+    keys = queue_keys(queue, prefix)
+    probe = [keys.meta, keys.id, keys.events, keys.wait, keys.paused, keys.active]
+    probe += [keys.prioritized, keys.delayed, keys.completed, keys.failed, keys.repeat]
+    probe.append(keys.waiting_children)
+    client = redis.Redis.from_url(target.url, socket_timeout=5.0)
+    try:
+        found = int(client.exists(*probe))
+    except redis.exceptions.RedisError:
+        return  # the command itself reports an unreachable server
+    finally:
+        client.close()
+    if found == 0:
+        print(
+            f"warning: the embedded Redis holds no queue {queue!r} (prefix {prefix!r}) and "
+            f"{URL_ENV} is unset; if the queue lives on another server, pass --url or set "
+            f"{URL_ENV}",
+            file=sys.stderr,
+        )
 
 
 def redact(url: str) -> str:

@@ -2,8 +2,11 @@
 
 It needs nothing configured: without ``--url`` or ``$ECHOMQ_REDIS_URL`` it uses the embedded
 server. The demo queue is obliterated first (with force), so every run starts empty, and it is
-left in place afterwards so ``echomq queue NAME ...`` can inspect it. Every 50th job fails its
-first attempt on purpose (it has ``attempts=2``) to show a retry.
+left in place afterwards so ``echomq queue NAME ...`` can inspect it. ``--fresh`` also compacts
+the embedded server's AOF (``BGREWRITEAOF``) once the old demo jobs are gone, so repeated demos
+do not grow its files. Every 50th job fails its first attempt on purpose (it has
+``attempts=2``) to show a retry. The progress bar is redrawn only on a terminal; otherwise one
+line says how many jobs were done.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import redis.exceptions
+
 from ..job import Job
-from ..queue import BulkItem, Queue
+from ..queue import BulkItem, Queue, client_from_url
 from ..worker import Worker
-from ._connect import resolve_url
+from ._connect import Target, resolve
 from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._format import table
 from ._logs import configure_logging
@@ -30,6 +35,7 @@ _ADD_CHUNK = 1000
 _STUCK_AFTER = 30.0
 _BAR_WIDTH = 30
 _POLL = 0.02
+_REWRITE_TIMEOUT = 30.0
 
 
 def add_parser(
@@ -59,6 +65,12 @@ def add_parser(
         metavar="MS",
         help="simulated I/O wait per job in milliseconds (default 0)",
     )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start from an empty demo queue and, on the embedded Redis, compact its AOF so "
+        "earlier demos take no disk space",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -79,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if args.job_ms < 0:
         raise CliError("--job-ms must not be negative", EXIT_USAGE)
     configure_logging("WARNING")  # one INFO line per job would drown the progress bar
-    url = resolve_url(args.url, args.durability)
-    report = asyncio.run(_demo(url, args, sys.stderr))
+    target = resolve(args.url, args.durability)
+    report = asyncio.run(_demo(target, args, sys.stderr))
     _print_report(args, report, explicit_url=bool(args.url))
     counts = report.counts or {}
     return EXIT_OK if counts.get("completed") == args.jobs else EXIT_FAILURE
@@ -96,7 +108,32 @@ def _items(total: int) -> list[BulkItem]:
     return items
 
 
-async def _demo(url: str, args: argparse.Namespace, out: TextIO) -> _Report:
+async def _compact(url: str, out: TextIO) -> None:
+    """Rewrite the server's AOF (``BGREWRITEAOF``) and wait until the rewrite is done."""
+    client = client_from_url(url, decode_responses=True)
+    try:
+        await client.bgrewriteaof()
+        deadline = time.monotonic() + _REWRITE_TIMEOUT
+        while True:
+            info = await client.info("persistence")
+            if not int(info.get("aof_rewrite_in_progress", 0)) and not int(
+                info.get("aof_rewrite_scheduled", 0)
+            ):
+                break
+            if time.monotonic() > deadline:
+                print("note: the AOF rewrite is still running in the background", file=out)
+                return
+            await asyncio.sleep(0.05)
+    except redis.exceptions.ResponseError as exc:
+        print(f"note: could not compact the AOF: {exc}", file=out)
+        return
+    finally:
+        await client.aclose()
+    print("compacted the embedded Redis's AOF", file=out)
+
+
+async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Report:
+    url = target.url
     report = _Report()
     pause = args.job_ms / 1000
 
@@ -111,6 +148,10 @@ async def _demo(url: str, args: argparse.Namespace, out: TextIO) -> _Report:
 
     async with Queue(args.queue, connection=url, prefix=args.prefix) as q:
         await q.obliterate(force=True)
+        if args.fresh:
+            print(f"queue {args.queue} is empty (--fresh)", file=out)
+            if target.embedded:
+                await _compact(url, out)
         items = _items(args.jobs)
         started = time.monotonic()
         for i in range(0, len(items), _ADD_CHUNK):
@@ -146,10 +187,12 @@ async def _watch(
 ) -> None:
     """Redraw the progress bar until every job is completed or failed.
 
-    Counts are polled often so the measured time is close to the real one; the bar is redrawn
-    at most every 0.1s on a terminal and every second otherwise (logs, CI).
+    Counts are polled often so the measured time is close to the real one; on a terminal the
+    bar is redrawn at most every 0.1s. Elsewhere (a pipe, a log file, CI) nothing is drawn
+    until the end, when one plain line says how many jobs were done.
     """
-    redraw_every = 0.1 if out.isatty() else 1.0
+    terminal = out.isatty()
+    redraw_every = 0.1
     last_done, last_change, last_draw = -1, time.monotonic(), 0.0
     while True:
         counts = await q.get_job_counts("completed", "failed")
@@ -157,19 +200,19 @@ async def _watch(
         now = time.monotonic()
         if done != last_done:
             last_done, last_change = done, now
-        if done >= total or now - last_draw >= redraw_every:
+        if terminal and (done >= total or now - last_draw >= redraw_every):
             last_draw = now
             out.write("\r" + _bar(done, total, now - started))
             out.flush()
         if done >= total:
-            out.write("\n")
+            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
             return
         if worker.done():
-            out.write("\n")
+            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
             worker.result()  # re-raises what stopped it
             raise CliError("the demo worker stopped before the jobs were done")
         if now - last_change > _STUCK_AFTER:
-            out.write("\n")
+            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
             raise CliError(
                 f"no demo job finished in {_STUCK_AFTER:.0f}s ({done} of {total} done); "
                 f"is queue {q.name} paused or is another worker taking its jobs?"
@@ -185,6 +228,11 @@ def _bar(done: int, total: int, elapsed: float) -> str:
         f"[{'#' * filled}{'.' * (_BAR_WIDTH - filled)}] {done}/{total} "
         f"{share:4.0%}  {rate:,.0f} jobs/s"
     )
+
+
+def _line(done: int, total: int, elapsed: float) -> str:
+    rate = done / elapsed if elapsed > 0 else 0.0
+    return f"done {done}/{total} {done / total:4.0%} in {elapsed:.2f}s, {rate:,.0f} jobs/s"
 
 
 def _print_report(args: argparse.Namespace, report: _Report, *, explicit_url: bool) -> None:

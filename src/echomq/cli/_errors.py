@@ -9,6 +9,9 @@ EXIT_USAGE = 2
 #: ``echomq worker`` closed, but a sync processor's thread was still running: its job was
 #: handed back to wait and the process exited without waiting for the thread.
 EXIT_ABANDONED = 3
+#: The reader of stdout went away (``echomq ... | head``): 128 + SIGPIPE, as a process the
+#: signal had killed, but without a traceback.
+EXIT_BROKEN_PIPE = 141
 
 
 class CliError(Exception):

@@ -17,7 +17,7 @@ from ..errors import ActiveJobsError
 from ..job import Job
 from ..queue import Queue
 from . import _flow, _limits
-from ._connect import resolve_url
+from ._connect import resolve, warn_if_no_queue
 from ._errors import EXIT_FAILURE, EXIT_OK, CliError
 from ._format import dumps, table, when
 
@@ -43,6 +43,7 @@ def add_parser(
     """Register the ``queue`` subcommand and its actions."""
     parser = subparsers.add_parser(
         "queue",
+        parents=parents,
         help="inspect or manage a queue",
         description="Inspect or manage the queue NAME.",
     )
@@ -98,7 +99,9 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     """The ``queue`` subcommand: resolve the URL, then run the chosen action."""
-    url = resolve_url(args.url, args.durability)
+    target = resolve(args.url, args.durability)
+    warn_if_no_queue(target, args.queue, args.prefix)
+    url = target.url
     action: Action = args.action_fn
     args.resolved_url = url  # for actions that open more than the Queue (flow)
 

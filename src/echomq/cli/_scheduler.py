@@ -30,6 +30,7 @@ def add_parser(
     """Register the ``scheduler`` subcommand and its actions."""
     parser = subparsers.add_parser(
         "scheduler",
+        parents=parents,
         help="list, add or remove the job schedulers of a queue",
         description="List, add (or replace) and remove the job schedulers of the queue NAME.",
     )

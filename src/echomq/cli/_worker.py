@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from ..options import Limiter, WorkerOptions, to_seconds
 from ..worker import Processor, Worker
-from ._connect import redact, resolve_url
+from ._connect import redact, resolve, warn_if_no_queue
 from ._errors import EXIT_ABANDONED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._logs import FORMATS, LEVELS, configure_logging, flush_logging
 
@@ -246,7 +246,9 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     options = worker_options(args)
     runner = _event_loop_runner(args.uvloop)
     configure_logging(args.log_level, args.log_format)
-    url = resolve_url(args.url, args.durability)
+    target = resolve(args.url, args.durability)
+    warn_if_no_queue(target, args.queue, args.prefix)
+    url = target.url
     if early.received is not None:
         logger.info("received %s during start-up: exiting before taking any job", early.name)
         return EXIT_OK

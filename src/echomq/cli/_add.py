@@ -1,0 +1,80 @@
+"""``echomq add QUEUE NAME --data JSON [options]``: add one job from the shell.
+
+The payload is parsed and the options are checked before anything is started or written: bad
+JSON or a bad option exits with code 2 and leaves Redis untouched. The job id is printed on
+stdout, alone on its line, so ``id=$(echomq add ...)`` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from ..options import JobOptions
+from ..queue import add
+from ._connect import resolve
+from ._errors import EXIT_OK, EXIT_USAGE, CliError
+
+
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    """Register the ``add`` subcommand."""
+    parser = subparsers.add_parser(
+        "add",
+        parents=parents,
+        help="add a job to a queue",
+        description="Add the job NAME with the JSON payload --data to QUEUE and print its id.",
+    )
+    parser.add_argument("queue", metavar="QUEUE", help="the queue name")
+    parser.add_argument("name", metavar="NAME", help="the job name, given to the processor")
+    parser.add_argument(
+        "--data", required=True, metavar="JSON", help='the payload as JSON, e.g. \'{"to": "ada"}\''
+    )
+    parser.add_argument("--delay", type=float, metavar="S", help="run no sooner than S seconds")
+    parser.add_argument("--priority", type=int, metavar="N", help="priority (1 is the highest)")
+    parser.add_argument("--attempts", type=int, metavar="N", help="attempts before it fails")
+    parser.add_argument("--job-id", metavar="ID", help="a custom job id")
+    parser.set_defaults(handler=run)
+
+
+def parse_data(text: str) -> Any:
+    """The payload of ``--data``.
+
+    Raises:
+        CliError: ``text`` is not JSON (exit code 2).
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"--data is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            'nothing was added. Quote it for the shell, e.g. --data \'{"to": "ada"}\'',
+            EXIT_USAGE,
+        ) from None
+
+
+def job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The job options that were given, as keyword arguments of ``echomq.add``."""
+    options: dict[str, Any] = {}
+    for name in ("delay", "priority", "attempts", "job_id"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``add`` subcommand."""
+    data = parse_data(args.data)
+    options = job_options(args)
+    JobOptions.build(options)  # ValidationError (exit 2) before a server is started
+    url = resolve(args.url, args.durability).url
+    job = asyncio.run(
+        add(args.queue, args.name, data, connection=url, prefix=args.prefix, **options)
+    )
+    print(job.id)
+    return EXIT_OK

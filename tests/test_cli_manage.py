@@ -1,0 +1,579 @@
+"""The CLI manages what it starts and says what it talks to: ``server``, ``add``, ``queues``,
+``demo --fresh``, ``--url`` anywhere, the embedded-server notices, and quiet broken pipes.
+
+Every command runs for real as ``python -m echomq.cli`` with stdout and stderr on pipes. The
+embedded server always lives in a temporary ``ECHOMQ_DATA_DIR`` (never the user's own), and is
+stopped after each test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis as SyncRedis
+
+from echomq import Queue
+from echomq.cli._server import worker_queue
+from echomq.embedded import RedisServer, find_redis_server, stop_embedded_server
+
+DEADLINE = 20.0
+EMBEDDED_NOTE = "using embedded Redis at unix://"
+NO_QUEUE_WARNING = "warning: the embedded Redis holds no queue"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+#: Where a command that was not meant to fall back to the embedded server would put it: a path
+#: that cannot be created, so such a command fails loudly instead of using the user's own.
+UNUSABLE_DATA_DIR = "/nonexistent/echomq-tests-must-not-start-a-server"
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ECHOMQ_REDIS_URL"}
+    env["ECHOMQ_DATA_DIR"] = UNUSABLE_DATA_DIR
+    env.update(extra)
+    return env
+
+
+def cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "echomq.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def queue_call(url: str, queue: str, fn: Callable[[Queue], Any], prefix: str = "bull") -> Any:
+    async def go() -> Any:
+        async with Queue(queue, connection=url, prefix=prefix) as q:
+            return await fn(q)
+
+    return asyncio.run(go())
+
+
+def add_jobs(url: str, queue: str, n: int, prefix: str = "bull") -> None:
+    queue_call(url, queue, lambda q: q.add_bulk([("job", {"n": i}) for i in range(n)]), prefix)
+
+
+def keys_of(url: str, pattern: str) -> list[bytes]:
+    client = SyncRedis.from_url(url)
+    try:
+        return list(client.scan_iter(match=pattern))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A short, private data directory for the embedded server; stopped after the test."""
+    directory = tmp_path_factory.mktemp("emb")
+    try:
+        yield directory
+    finally:
+        stop_embedded_server(directory)
+
+
+@pytest.fixture
+def emb_env(data_dir: Path) -> dict[str, str]:
+    """The environment of a command that falls back to the embedded server in ``data_dir``."""
+    return base_env(ECHOMQ_DATA_DIR=str(data_dir))
+
+
+def embedded_url(data_dir: Path) -> str:
+    return f"unix://{data_dir.resolve()}/redis.sock?db=0"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "manage_procs.py").write_text("async def process(job):\n    return job.data\n")
+    return tmp_path
+
+
+@pytest.fixture
+def workers(project: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``echomq worker`` subprocesses (stderr to a file); killed after the test if alive."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+        with open(project / f"worker-{len(started)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "echomq.cli", "worker", "manage_procs:process", *args],
+                cwd=project,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# -- server ----------------------------------------------------------------------------------
+
+
+def test_server_path_and_status_do_not_start_it(data_dir: Path, emb_env: dict[str, str]) -> None:
+    path = cli("server", "path", env=emb_env)
+    assert (path.returncode, path.stdout, path.stderr) == (0, f"{data_dir.resolve()}\n", "")
+    status = cli("server", "status", env=emb_env)
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"^state\s+stopped$", status.stdout, re.M)
+    assert re.search(rf"^data dir\s+{re.escape(str(data_dir.resolve()))}$", status.stdout, re.M)
+    assert re.search(r"^size\s+\d", status.stdout, re.M)
+    assert not (data_dir / "redis.sock").exists()
+
+
+def test_server_start_status_stop(data_dir: Path, emb_env: dict[str, str]) -> None:
+    started = cli("server", "start", env=emb_env)
+    assert started.returncode == 0, started.stderr
+    assert re.search(r"^state\s+running \(pid \d+\)$", started.stdout, re.M)
+
+    added = cli("add", "sized", "job", "--data", '{"x": "' + "y" * 5000 + '"}', env=emb_env)
+    assert added.returncode == 0, added.stderr
+    status = cli("server", "status", "--json", env=emb_env)
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert info["state"] == "running"
+    assert info["data_dir"] == str(data_dir.resolve())
+    assert info["url"] == embedded_url(data_dir)
+    assert info["size"] > 5000  # the AOF holds the payload
+    pid = info["pid"]
+    assert isinstance(pid, int)
+    os.kill(pid, 0)  # alive
+
+    stopped = cli("server", "stop", env=emb_env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped the embedded Redis (pid {pid}); its data stays in" in stopped.stdout
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), "the server process to exit")
+    after = json.loads(cli("server", "status", "--json", env=emb_env).stdout)
+    assert (after["state"], after["pid"]) == ("stopped", None)
+    assert after["size"] > 5000  # data kept
+
+    again = cli("server", "stop", env=emb_env)
+    assert again.returncode == 0
+    assert "is not running" in again.stdout
+
+    # Restarted, the job is still there (AOF).
+    counts = cli("queue", "sized", "counts", "--json", env=emb_env)
+    assert json.loads(counts.stdout)["counts"]["waiting"] == 1
+
+
+def test_server_refuses_url(emb_env: dict[str, str]) -> None:
+    done = cli("--url", "redis://127.0.0.1:1", "server", "status", env=emb_env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "echomq: error: echomq server manages the embedded Redis only" in done.stderr
+
+
+def test_server_stop_refuses_while_a_worker_uses_it(
+    data_dir: Path,
+    emb_env: dict[str, str],
+    workers: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    url = embedded_url(data_dir)
+    assert cli("server", "start", env=emb_env).returncode == 0
+    worker = workers(emb_env, "--queue", "busy", "--drain-delay", "0.5")
+    wait_until(
+        lambda: bool(queue_call(url, "busy", lambda q: q.get_workers())), "the worker to connect"
+    )
+
+    refused = cli("server", "stop", env=emb_env)
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    assert refused.stderr.startswith("echomq: error: not stopping the embedded Redis")
+    assert "queue 'busy' (prefix 'bull')" in refused.stderr
+    assert "--force" in refused.stderr
+    assert json.loads(cli("server", "status", "--json", env=emb_env).stdout)["state"] == "running"
+    assert worker.poll() is None
+
+    forced = cli("server", "stop", "--force", env=emb_env)
+    assert forced.returncode == 0, forced.stderr
+    assert "stopped the embedded Redis" in forced.stdout
+    assert json.loads(cli("server", "status", "--json", env=emb_env).stdout)["state"] == "stopped"
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=DEADLINE)
+
+
+def test_server_reset_empties_it_after_asking(
+    data_dir: Path,
+    emb_env: dict[str, str],
+    workers: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    url = embedded_url(data_dir)
+    assert cli("add", "kept", "job", "--data", "{}", env=emb_env).returncode == 0
+
+    asked = cli("server", "reset", env=emb_env)
+    assert asked.returncode == 2
+    assert "--yes" in asked.stderr
+    assert keys_of(url, "bull:kept:*")  # nothing deleted without --yes
+
+    worker = workers(emb_env, "--queue", "busy", "--drain-delay", "0.5")
+    wait_until(
+        lambda: bool(queue_call(url, "busy", lambda q: q.get_workers())), "the worker to connect"
+    )
+    refused = cli("server", "reset", "--yes", env=emb_env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("echomq: error: not resetting the embedded Redis")
+    assert keys_of(url, "bull:kept:*")
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=DEADLINE)
+
+    done = cli("server", "reset", "--yes", env=emb_env)
+    assert done.returncode == 0, done.stderr
+    assert "holds nothing now" in done.stdout
+    assert keys_of(url, "*") == []
+    counts = cli("queue", "kept", "counts", "--json", env=emb_env)
+    assert json.loads(counts.stdout)["counts"]["waiting"] == 0
+
+
+def test_worker_client_names_are_recognised() -> None:
+    assert worker_queue("bull:ZW1haWxz") == ("bull", "emails")
+    assert worker_queue("bull:ZW1haWxz:w:box-1") == ("bull", "emails")
+    assert worker_queue("my:app:ZW1haWxz") == ("my:app", "emails")
+    assert worker_queue("bull:ZW1haWxz:qe") is None  # a QueueEvents reader
+    assert worker_queue("redis-cli") is None
+    assert worker_queue("bull:not base64!") is None
+
+
+# -- --url anywhere, and what the commands say they talk to ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--url", "{url}", "queue", "{q}", "counts", "--json"],
+        ["queue", "{q}", "counts", "--json", "--url", "{url}"],
+        ["queue", "--url", "{url}", "{q}", "counts", "--json"],
+        ["--url", "redis://127.0.0.1:1/0", "queue", "{q}", "counts", "--json", "--url", "{url}"],
+    ],
+)
+def test_url_before_or_after_the_action(
+    argv: list[str], redis_url: str, queue_name: str, emb_env: dict[str, str], data_dir: Path
+) -> None:
+    add_jobs(redis_url, queue_name, 3)
+    done = cli(*(a.format(url=redis_url, q=queue_name) for a in argv), env=emb_env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"]["waiting"] == 3
+    assert "embedded" not in done.stderr
+    assert not (data_dir / "redis.sock").exists()
+
+
+def test_prefix_before_the_command(redis_url: str, queue_name: str) -> None:
+    add_jobs(redis_url, queue_name, 2, prefix="other")
+    done = cli(
+        "--prefix", "other", "--url", redis_url, "queue", queue_name, "counts", "--json",
+        env=base_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"]["waiting"] == 2
+
+
+def test_queue_on_the_embedded_server_says_so_and_warns_of_a_missing_queue(
+    data_dir: Path, emb_env: dict[str, str], redis_url: str
+) -> None:
+    missing = cli("queue", "ghost", "counts", env=emb_env)
+    assert missing.returncode == 0, missing.stderr
+    assert f"{EMBEDDED_NOTE}{data_dir.resolve()}/redis.sock" in missing.stderr
+    assert f"{NO_QUEUE_WARNING} 'ghost' (prefix 'bull') and ECHOMQ_REDIS_URL is unset" in (
+        missing.stderr
+    )
+    assert missing.stdout.startswith("queue ghost\n")
+
+    assert cli("add", "real", "job", "--data", "{}", env=emb_env).returncode == 0
+    present = cli("queue", "real", "counts", env=emb_env)
+    assert present.returncode == 0
+    assert EMBEDDED_NOTE in present.stderr
+    assert NO_QUEUE_WARNING not in present.stderr
+
+    env_url = cli("queue", "ghost", "counts", env={**emb_env, "ECHOMQ_REDIS_URL": redis_url})
+    assert env_url.returncode == 0
+    assert "embedded" not in env_url.stderr
+    assert NO_QUEUE_WARNING not in env_url.stderr
+
+
+def test_worker_on_the_embedded_server_says_so_and_warns(
+    data_dir: Path,
+    emb_env: dict[str, str],
+    project: Path,
+    workers: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    worker = workers(emb_env, "--queue", "ghost", "--drain-delay", "0.5")
+    log = project / "worker-0.log"
+    wait_until(lambda: "processing queue ghost" in log.read_text(), "the worker to start")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=DEADLINE) == 0
+    text = log.read_text()
+    assert f"{EMBEDDED_NOTE}{data_dir.resolve()}/redis.sock" in text
+    assert f"{NO_QUEUE_WARNING} 'ghost'" in text
+
+
+# -- add -------------------------------------------------------------------------------------
+
+
+def test_add_prints_the_job_id_and_applies_the_options(redis_url: str, queue_name: str) -> None:
+    done = cli(
+        "add", queue_name, "send", "--data", '{"to": "ada", "n": [1, 2]}', "--url", redis_url,
+        "--delay", "60", "--attempts", "3", "--job-id", "mail-1",
+        env=base_env(),
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "mail-1\n", "")
+    job = queue_call(redis_url, queue_name, lambda q: q.get_job("mail-1"))
+    assert (job.name, job.data, job.attempts) == ("send", {"to": "ada", "n": [1, 2]}, 3)
+    assert job.delay == 60000 or job.delay == 60.0
+    state = queue_call(redis_url, queue_name, lambda q: q.get_state("mail-1"))
+    assert state == "delayed"
+
+    plain = cli("add", queue_name, "p", "--data", "7", "--priority", "5", "--url", redis_url,
+                env=base_env())  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    job_id = plain.stdout.strip()
+    assert re.fullmatch(r"\d+", job_id)
+    assert queue_call(redis_url, queue_name, lambda q: q.get_state(job_id)) == "prioritized"
+
+
+@pytest.mark.parametrize("data", ["{bad", "", "{'single': 1}", "[1, 2"])
+def test_add_with_invalid_json_writes_nothing(
+    data: str, redis_url: str, queue_name: str, data_dir: Path, emb_env: dict[str, str]
+) -> None:
+    done = cli("add", queue_name, "x", "--data", data, "--url", redis_url, env=emb_env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("echomq: error: --data is not valid JSON")
+    assert "nothing was added" in done.stderr
+    assert keys_of(redis_url, f"bull:{queue_name}:*") == []
+    # Without --url the embedded server is not even started.
+    done = cli("add", queue_name, "x", "--data", data, env=emb_env)
+    assert done.returncode == 2
+    assert not (data_dir / "redis.sock").exists()
+
+
+def test_add_with_a_bad_option_exits_2(redis_url: str, queue_name: str) -> None:
+    done = cli("add", queue_name, "x", "--data", "{}", "--priority", "-1", "--url", redis_url,
+               env=base_env())  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("echomq: error:")
+    assert "priority" in done.stderr
+    assert keys_of(redis_url, f"bull:{queue_name}:*") == []
+
+
+def test_add_needs_data(redis_url: str, queue_name: str) -> None:
+    done = cli("add", queue_name, "x", "--url", redis_url, env=base_env())
+    assert done.returncode == 2
+    assert "--data" in done.stderr
+
+
+# -- queues ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_keys_server(tmp_path: Path) -> Iterator[str]:
+    """A server on which KEYS is disabled: ``queues`` must find queues with SCAN."""
+    server = RedisServer(
+        executable=find_redis_server(),
+        data_dir=tmp_path / "nokeys",
+        extra_args=["--rename-command", "KEYS", ""],
+    )
+    (tmp_path / "nokeys").mkdir()
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_queues_lists_the_queues_of_a_prefix_with_counts(no_keys_server: str) -> None:
+    url = no_keys_server
+    client = SyncRedis.from_url(url)
+    try:
+        with pytest.raises(Exception, match="unknown command"):
+            client.keys("*")
+    finally:
+        client.close()
+    add_jobs(url, "alpha", 3, prefix="app[1]")
+    add_jobs(url, "beta", 1, prefix="app[1]")
+    queue_call(url, "beta", lambda q: q.pause(), prefix="app[1]")
+    add_jobs(url, "elsewhere", 2, prefix="app1")  # matched by the unescaped glob app[1]
+    add_jobs(url, "default", 1)
+
+    done = cli("queues", "--prefix", "app[1]", "--url", url, env=base_env())
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == [
+        "QUEUE", "WAITING", "PRIORITIZED", "DELAYED", "ACTIVE", "COMPLETED", "FAILED",
+    ]  # fmt: skip
+    assert lines[1].split() == ["alpha", "3", "0", "0", "0", "0", "0"]
+    assert lines[2].split()[:3] == ["beta", "(paused)", "1"]
+    assert len(lines) == 3
+
+    as_json = json.loads(cli("queues", "--json", "--url", url, env=base_env()).stdout)
+    assert as_json == [
+        {
+            "queue": "default",
+            "paused": False,
+            "counts": {
+                "active": 0, "completed": 0, "delayed": 0, "failed": 0, "prioritized": 0,
+                "waiting": 1, "waiting-children": 0,
+            },
+        }
+    ]  # fmt: skip
+
+    none = cli("queues", "--prefix", "nothing-here", "--url", url, env=base_env())
+    assert (none.returncode, none.stdout) == (0, "no queues under prefix 'nothing-here'\n")
+
+
+# -- demo ------------------------------------------------------------------------------------
+
+
+def test_demo_fresh_starts_empty_and_draws_no_bar_off_a_terminal(
+    data_dir: Path, emb_env: dict[str, str]
+) -> None:
+    url = embedded_url(data_dir)
+    first = cli("demo", "--jobs", "100", env=emb_env)
+    assert first.returncode == 0, first.stderr
+    add_jobs(url, "echomq-demo", 5)  # leftovers the fresh demo must not count
+    fresh = cli("demo", "--jobs", "100", "--fresh", env=emb_env)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "queue echomq-demo is empty (--fresh)" in fresh.stderr
+    assert "compacted the embedded Redis's AOF" in fresh.stderr
+    assert "100 completed, 0 failed, 2 retried" in fresh.stdout
+    assert "\r" not in fresh.stderr
+    assert "[#" not in fresh.stderr
+    assert re.search(r"^done 100/100 100% in [\d.]+s", fresh.stderr, re.M)
+    counts = queue_call(url, "echomq-demo", lambda q: q.get_job_counts())
+    assert (counts["completed"], counts["waiting"]) == (100, 0)
+
+
+def test_demo_draws_its_progress_bar_on_a_terminal(redis_url: str, queue_name: str) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echomq.cli", "demo", "--jobs", "200", "--queue", queue_name,
+             "--url", redis_url],
+            env=base_env(),
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+        )  # fmt: skip
+        os.close(terminal)
+        seen = b""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(controller, 4096)
+                except OSError:  # the terminal closed: the process is gone
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        out, _ = proc.communicate(timeout=DEADLINE)
+    finally:
+        os.close(controller)
+    assert proc.returncode == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert "\r[" in text
+    assert "200/200 100%" in text
+    assert b"200 completed" in out
+
+
+# -- broken pipes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["queue", "{q}", "counts"],
+        ["queue", "{q}", "jobs", "waiting"],
+        ["queues"],
+        ["add", "{q}", "x", "--data", "{{}}"],
+        ["server", "status"],
+        ["server", "path"],
+        ["demo", "--jobs", "20", "--queue", "{q}"],
+    ],
+)
+def test_a_reader_that_went_away_ends_the_command_quietly(
+    argv: list[str], redis_url: str, queue_name: str, emb_env: dict[str, str]
+) -> None:
+    add_jobs(redis_url, queue_name, 3)
+    env = {**emb_env, "ECHOMQ_REDIS_URL": redis_url}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echomq.cli", *(a.format(q=queue_name) for a in argv)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before the command writes anything
+    _, err = proc.communicate(timeout=60)
+    text = err.decode(errors="replace")
+    assert "Traceback" not in text
+    assert "BrokenPipe" not in text
+    assert "Exception ignored" not in text
+    assert proc.returncode == 141
+
+
+def test_help_to_a_reader_that_went_away_is_quiet() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echomq.cli", "--help"],
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert err == b""  # argparse drops what it cannot write; --help still succeeds
+    assert proc.returncode == 0
+
+
+def test_piped_into_head(redis_url: str, queue_name: str) -> None:
+    add_jobs(redis_url, queue_name, 3000)  # far more output than a pipe buffer holds
+    script = (
+        f"{sys.executable} -m echomq.cli queue {queue_name} jobs waiting --end -1 "
+        f'--url {redis_url} | head -n 2; echo "status=${{PIPESTATUS[0]}}" >&2'
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], env=base_env(), capture_output=True, text=True, timeout=60
+    )
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[:2] == ["ID", "NAME"]
+    assert lines[1].split()[:2] == ["1", "job"]
+    assert "Traceback" not in done.stderr
+    assert "BrokenPipe" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "status=141"
