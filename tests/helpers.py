@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import redis
 import redis.asyncio
@@ -29,8 +29,19 @@ def _as_bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
+def _canonical(content: dict[Any, Any] | set[Any]) -> bytes:
+    """Hashes and sets by content, sorted: the DUMP of a hashtable-encoded one follows the
+    table's internal order, which a rehash step (any read may make one) changes without a
+    write; Redis 6.2 shows it. Empty when the key is gone."""
+    items = content.items() if isinstance(content, dict) else ((m, b"") for m in content)
+    pairs = sorted((_as_bytes(k), _as_bytes(v)) for k, v in items)
+    return b"".join(b"%d:%s=%d:%s;" % (len(k), k, len(v), v) for k, v in pairs)
+
+
 async def snapshot(r: redis.asyncio.Redis, match: str | None = None) -> Snapshot:
     """Return every key of the client's database mapped to ``(TYPE, DUMP)``.
+
+    Hashes and sets are read by content instead of DUMP (see :func:`_canonical`).
 
     Works with any ``decode_responses`` setting (keys and types are returned as bytes).
 
@@ -47,8 +58,14 @@ async def snapshot(r: redis.asyncio.Redis, match: str | None = None) -> Snapshot
     result: Snapshot = {}
     for key in keys:
         kind = _as_bytes(await r.type(key))
-        dumped = await r.dump(key)
-        if dumped is None:  # deleted between SCAN and DUMP
+        dumped: bytes | None
+        if kind == b"hash":
+            dumped = _canonical(await r.hgetall(key))
+        elif kind == b"set":
+            dumped = _canonical(await r.smembers(key))
+        else:
+            dumped = await r.dump(key)
+        if not dumped:  # deleted between SCAN and reading it
             continue
         result[key] = (kind, _as_bytes(dumped))
     return result
@@ -68,8 +85,14 @@ def snapshot_sync(r: redis.Redis, match: str | None = None) -> Snapshot:
     result: Snapshot = {}
     for key in keys:
         kind = _as_bytes(r.type(key))
-        dumped = r.dump(key)
-        if dumped is None:
+        dumped: bytes | None
+        if kind == b"hash":
+            dumped = _canonical(r.hgetall(key))
+        elif kind == b"set":
+            dumped = _canonical(r.smembers(key))
+        else:
+            dumped = r.dump(key)
+        if not dumped:
             continue
         result[key] = (kind, _as_bytes(dumped))
     return result
