@@ -438,3 +438,14 @@ def test_cli_limits_refuses_bad_values(
         assert snapshot_sync(client, f"bull:{queue_name}:*") == before
     finally:
         client.close()
+
+
+async def test_get_job_state_reads_the_state_only(
+    redis: Redis, sync_redis: SyncRedis, queue_name: str
+) -> None:
+    async with echomq.Queue(queue_name, connection=redis) as queue:
+        job = await queue.add("n", {}, delay=60)
+        assert await queue.get_job_state(job.id) == echomq.JobState.DELAYED
+        assert await queue.get_job_state("missing") == echomq.JobState.UNKNOWN
+    with echomq.sync.Queue(queue_name, connection=sync_redis) as sync_queue:
+        assert sync_queue.get_job_state(job.id) == echomq.JobState.DELAYED

@@ -165,6 +165,11 @@ class Queue:
         state: str = await self._conn.run(ops.get_state(self._keys, job_id))
         return JobState(state)
 
+    async def get_job_state(self, job_id: str) -> JobState:
+        """The state a job is in, without reading the job (BullMQ's ``getJobState``; the same
+        call as :meth:`get_state`)."""
+        return await self.get_state(job_id)
+
     async def get_jobs(
         self,
         states: str | Iterable[str] | None = None,

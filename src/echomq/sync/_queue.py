@@ -167,6 +167,11 @@ class Queue:
         state: str = self._conn.run(ops.get_state(self._keys, job_id))
         return JobState(state)
 
+    def get_job_state(self, job_id: str) -> JobState:
+        """The state a job is in, without reading the job (BullMQ's ``getJobState``; the same
+        call as :meth:`get_state`)."""
+        return self.get_state(job_id)
+
     def get_jobs(
         self,
         states: str | Iterable[str] | None = None,
