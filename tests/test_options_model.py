@@ -19,6 +19,7 @@ from echomq.options import (
     Deduplication,
     JobOptions,
     JobOptionsDict,
+    JobTelemetry,
     KeepJobs,
     Parent,
     WorkerOptions,
@@ -27,7 +28,12 @@ from echomq.options import (
 from echomq.protocol import fields
 
 #: TypedDict keys that accept more than the dataclass field holds after validation.
-WIDER_KEYWORDS = {"backoff", "parent", "deduplication"}  # coerced to a Backoff / a Parent / ...
+WIDER_KEYWORDS = {
+    "backoff",
+    "parent",
+    "deduplication",
+    "telemetry",
+}  # coerced to a Backoff / a Parent / ...
 
 
 def _members(tp: Any) -> set[Any]:
@@ -80,6 +86,7 @@ def test_wire_round_trip_of_every_option() -> None:
         parent=Parent("p1", "bull:videos"),
         fail_parent_on_failure=True,
         timeout=2.5,
+        telemetry=JobTelemetry(metadata='{"traceparent":"00-ab-cd-01"}', omit_context=True),
     )
     dedup = Deduplication("d1", ttl=2, extend=True, replace=True, keep_last_if_active=True)
     dedup_wire = {"id": "d1", "ttl": 2000, "extend": True, "replace": True}
@@ -101,10 +108,14 @@ def test_wire_round_trip_of_every_option() -> None:
         "parent": {"id": "p1", "queue": "bull:videos"},
         "fpof": True,
         "emqTimeout": 2500,
+        "tm": '{"traceparent":"00-ab-cd-01"}',  # a string (JSON text), as BullMQ stores it
+        "omc": True,
     }
     # One failure policy at a time: the other three are checked one by one; deduplication
     # cannot go with a parent, so it is checked on its own.
-    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof", "de"}
+    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof", "de"} | {
+        fields.OMIT_CONTEXT
+    }
     back = JobOptions.from_wire(wire)
     assert back.to_wire() == wire
     deduplicated = JobOptions(deduplication=dedup)
@@ -124,6 +135,9 @@ def test_wire_round_trip_of_every_option() -> None:
         assert JobOptions.from_wire(one.to_wire()).failure_policy == flag
         assert one.failure_policy == flag
     assert JobOptions().to_wire() == {"attempts": 0}
+    only_tm = JobOptions(telemetry=JobTelemetry(metadata="{}"))
+    assert only_tm.to_wire() == {"attempts": 0, "tm": "{}"}
+    assert JobOptions.from_wire(only_tm.to_wire()).telemetry == only_tm.telemetry
 
 
 def test_from_wire_is_lenient() -> None:

@@ -28,11 +28,13 @@ from ._job import Job
 from ._server_checks import check_on_first_use
 from .job import JobState
 from .ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
+from .ops import prometheus as prom
 from .ops import schedulers as sops
 from .ops import worker as wops
 from .options import UNSET, Duration, JobOptions, JobOptionsDict, Moment, coerce_options
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from .schedulers import JobScheduler, SchedulerTemplate
+from .telemetry import JOB_ID, JOB_NAME, Telemetry
 
 
 async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
@@ -111,9 +113,13 @@ class Queue:
         connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
             (TCP and handshake) before :class:`~echomq.RedisUnavailableError`; ignored for a
             client you pass, whose own settings apply.
+        telemetry: an OpenTelemetry ``Tracer`` or ``TracerProvider``: adds make PRODUCER
+            spans and carry their trace context in the job (``pip install 'echomq[otel]'``;
+            see docs/operations.md, "OpenTelemetry"). None (default): no telemetry.
 
     Raises:
         InvalidOptionError: ``connect_timeout`` is not a positive duration.
+        ImportError: ``telemetry`` is given but opentelemetry-api is not installed.
     """
 
     def __init__(
@@ -124,9 +130,11 @@ class Queue:
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
+        telemetry: Any = None,
     ) -> None:
         self._keys = queue_keys(name, prefix)
         self._defaults = coerce_options(default_job_options)
+        self._telemetry = Telemetry.coerce(telemetry)
         check_cluster_keys(connection, self._keys)
         budget = connect_budget(connect_timeout)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=budget)
@@ -150,11 +158,24 @@ class Queue:
     async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
         """Add one job; per-call options override the queue's defaults. See :func:`add`."""
         merged = self._defaults.merged(JobOptions.build(options))
-        return await _add(self._conn, self._keys, name, data, merged)
+        tel = self._telemetry
+        if tel is None:
+            return await _add(self._conn, self._keys, name, data, merged)
+        with tel.producing(self.name, "add", f"{self.name}.{name}") as span:
+            merged = tel.stamp(merged, tel.context_json())
+            job = await _add(self._conn, self._keys, name, data, merged)
+            span.set_attributes({JOB_NAME: name, JOB_ID: job.id})
+        return job
 
     async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
         """Add many jobs in one MULTI/EXEC. See :func:`add_bulk`."""
-        return await _add_bulk(self._conn, self._keys, jobs, self._defaults)
+        tel = self._telemetry
+        if tel is None:
+            return await _add_bulk(self._conn, self._keys, jobs, self._defaults)
+        with tel.producing(self.name, "addBulk", self.name) as span:
+            items = tel.stamp_bulk(jobs, self._defaults, tel.context_json())
+            tel.bulk_attributes(span, [str(item[0]) for item in items if isinstance(item, tuple)])
+            return await _add_bulk(self._conn, self._keys, items, self._defaults)
 
     async def get_job(self, job_id: str) -> Job | None:
         """Read one job, or None when it does not exist."""
@@ -228,6 +249,26 @@ class Queue:
     async def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
         """Per-minute finish counts of the queue's workers. See :func:`get_metrics`."""
         return await self._conn.run(ops.get_metrics(self._keys, kind, start, end))
+
+    async def export_prometheus_metrics(
+        self, global_labels: Mapping[str, str] | None = None
+    ) -> str:
+        """The queue's counts as Prometheus text, as BullMQ's ``exportPrometheusMetrics``.
+
+        ``bullmq_job_count`` (per state), ``bullmq_job_completed_total`` and
+        ``bullmq_job_failed_total`` (the running counts of the metrics that workers with metrics
+        enabled keep), each labelled ``queue`` and then ``global_labels``. See
+        docs/operations.md#prometheus.
+
+        Raises:
+            InvalidOptionError: a global label name is invalid or reserved.
+        """
+        prom.check_global_labels(global_labels)
+        counts = await self.get_job_counts(*prom.COUNT_STATES)
+        completed = await self.get_metrics("completed", 0, 0)
+        failed = await self.get_metrics("failed", 0, 0)
+        sample = prom.QueueSample(self.name, counts, completed.meta.count, failed.meta.count)
+        return prom.render([sample], global_labels)
 
     async def is_paused(self) -> bool:
         """Whether the queue is globally paused."""

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict
 
 from .errors import InvalidOptionError
-from .protocol.fields import OPTION_NAMES
+from .protocol.fields import OMIT_CONTEXT, OPTION_NAMES
 
 MAX_PRIORITY: Final = 2**21 - 1
 
@@ -326,6 +326,47 @@ class Deduplication:
         )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobTelemetry:
+    """The per-job ``telemetry`` option (BullMQ's ``{metadata, omitContext}``, stored as the
+    ``tm`` and ``omc`` keys of ``opts``; see docs/operations.md, "OpenTelemetry").
+
+    Args:
+        metadata: the trace context the job carries: a string, the JSON of a W3C carrier
+            (``'{"traceparent": "00-..."}'``). A producer with ``telemetry=`` writes it; one
+            given here is stored as is and wins over the producer's.
+        omit_context: do not attach the producer's trace context to this job.
+    """
+
+    metadata: str | None = None
+    omit_context: bool = False
+
+    def __post_init__(self) -> None:
+        if self.metadata is not None and not isinstance(self.metadata, str):
+            raise InvalidOptionError(
+                f"telemetry.metadata must be a str (JSON text) or None, got {self.metadata!r}"
+            )
+        if not isinstance(self.omit_context, bool):
+            raise InvalidOptionError(
+                f"telemetry.omit_context must be a bool, got {self.omit_context!r}"
+            )
+
+    @classmethod
+    def coerce(cls, value: object) -> JobTelemetry:
+        """Accept a JobTelemetry or a mapping of its fields."""
+        if isinstance(value, JobTelemetry):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"metadata", "omit_context"}
+            if unknown:
+                raise InvalidOptionError(
+                    f"telemetry has unknown keys {sorted(unknown)}; allowed: "
+                    "['metadata', 'omit_context']"
+                )
+            return cls(**value)
+        raise InvalidOptionError(f"telemetry must be a JobTelemetry or a mapping, got {value!r}")
+
+
 #: The four failure policies of a child job (at most one per job), by option name.
 FAILURE_POLICIES: Final = (
     "fail_parent_on_failure",
@@ -366,6 +407,8 @@ class JobOptions:
         timeout: fail an attempt that runs longer than this (seconds or timedelta; positive)
             with :class:`~echomq.JobTimeoutError`; echomq workers enforce it, Node workers
             ignore it (see docs/workers.md, "Process isolation and timeouts").
+        telemetry: the job's trace context options (a :class:`JobTelemetry` or a mapping of
+            its fields; stored as ``tm`` / ``omc`` as BullMQ does).
 
     At most one of the four failure policies may be set. A child without one that fails for
     good keeps its parent waiting (until the child is retried or removed).
@@ -390,10 +433,13 @@ class JobOptions:
     remove_dependency_on_failure: bool | _Unset = UNSET
     deduplication: Deduplication | _Unset = UNSET
     timeout: Duration | _Unset = UNSET
+    telemetry: JobTelemetry | _Unset = UNSET
 
     def __post_init__(self) -> None:
         if self.timeout is not UNSET:
             check_timeout(self.timeout, "timeout")
+        if self.telemetry is not UNSET:
+            object.__setattr__(self, "telemetry", JobTelemetry.coerce(self.telemetry))
         if self.job_id is not UNSET and not isinstance(self.job_id, str):
             from .errors import InvalidJobIdError
 
@@ -491,6 +537,9 @@ class JobOptions:
             value = getattr(self, f.name)
             if value is not UNSET and f.name != "attempts":
                 wire[OPTION_NAMES[f.name]] = _TO_WIRE[f.name](value)
+        if self.telemetry is not UNSET:  # one option, two keys (tm and omc), as in BullMQ
+            del wire[OPTION_NAMES["telemetry"]]
+            wire.update(_telemetry_to_wire(self.telemetry))
         return wire
 
     @classmethod
@@ -502,7 +551,11 @@ class JobOptions:
         kw: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             name = OPTION_NAMES[f.name]
-            if name in wire:
+            if f.name == "telemetry":
+                value = _telemetry_from_wire(wire)
+                if value is not None:
+                    kw[f.name] = value
+            elif name in wire:
                 value = _FROM_WIRE[f.name](wire[name])
                 if value is not None:
                     kw[f.name] = value
@@ -555,6 +608,26 @@ def _backoff_to_wire(value: Backoff) -> dict[str, Any]:
     return out
 
 
+def _telemetry_to_wire(value: JobTelemetry) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if value.metadata is not None:
+        out[OPTION_NAMES["telemetry"]] = value.metadata
+    if value.omit_context:
+        out[OMIT_CONTEXT] = True
+    return out
+
+
+def _telemetry_from_wire(wire: Mapping[str, Any]) -> JobTelemetry | None:
+    """``tm`` (a string) and ``omc`` (a bool); a value of another type is read as absent."""
+    metadata = wire.get(OPTION_NAMES["telemetry"])
+    if not isinstance(metadata, str):
+        metadata = None
+    omit = wire.get(OMIT_CONTEXT) is True
+    if metadata is None and not omit:
+        return None
+    return JobTelemetry(metadata=metadata, omit_context=omit)
+
+
 _TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "job_id": _same,
     "delay": lambda value: to_ms(value, "delay"),
@@ -575,6 +648,7 @@ _TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "remove_dependency_on_failure": _same,
     "deduplication": _dedup_to_wire,
     "timeout": lambda value: max(to_ms(value, "timeout"), 1),
+    "telemetry": _same,  # replaced by _telemetry_to_wire (two keys)
 }
 
 
@@ -688,6 +762,7 @@ _FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
     "remove_dependency_on_failure": _bool_or_none,
     "deduplication": _dedup_from_wire,
     "timeout": lambda value: _ms_to_seconds(value) or None,
+    "telemetry": _same,  # read by _telemetry_from_wire (two keys)
 }
 
 
@@ -737,6 +812,7 @@ class JobOptionsDict(TypedDict, total=False):
     remove_dependency_on_failure: bool
     deduplication: Deduplication | Mapping[str, Any]
     timeout: Duration
+    telemetry: JobTelemetry | Mapping[str, Any]
 
 
 def coerce_options(value: JobOptions | Mapping[str, Any] | None) -> JobOptions:

@@ -1,5 +1,5 @@
-"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``add``, ``scheduler``, ``demo``
-and ``server``, a thin layer over the public API.
+"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``metrics``, ``add``, ``scheduler``,
+``demo`` and ``server``, a thin layer over the public API.
 
 This package is the only code in echomq that configures logging, installs signal handlers or
 prints. Every subcommand finds Redis the same way (``--url``, ``$ECHOMQ_REDIS_URL``, else the
@@ -23,7 +23,7 @@ import redis.exceptions
 
 from .. import __version__
 from ..errors import EchoMQError, ValidationError
-from . import _add, _demo, _queue, _queues, _scheduler, _server, _worker
+from . import _add, _demo, _metrics, _queue, _queues, _scheduler, _server, _worker
 from ._connect import connection_options, fill_defaults
 from ._errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_USAGE, CliError
 
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     _worker.add_parser(subparsers, parents)
     _queue.add_parser(subparsers, parents)
     _queues.add_parser(subparsers, parents)
+    _metrics.add_parser(subparsers, parents)
     _add.add_parser(subparsers, parents)
     _scheduler.add_parser(subparsers, parents)
     _demo.add_parser(subparsers, parents)

@@ -63,8 +63,14 @@ OPTION_NAMES: Final = MappingProxyType(
         "deduplication": "de",
         # echomq's own: BullMQ 6 has no such option and passes unknown keys through untouched.
         "timeout": "emqTimeout",
+        # {metadata, omitContext}: metadata is stored under this name, omitContext under
+        # OMIT_CONTEXT (docs/operations.md, "OpenTelemetry").
+        "telemetry": "tm",
     }
 )
+
+#: The ``opts`` key of the telemetry option's ``omitContext`` (its ``metadata`` is ``tm``).
+OMIT_CONTEXT: Final = "omc"
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _encode = _encoder.encode

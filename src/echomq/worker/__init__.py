@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
@@ -41,6 +41,7 @@ from ..ops import worker as wops
 from ..options import Duration, WorkerOptions, WorkerOptionsDict, to_ms, to_seconds
 from ..protocol import codes
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
 from ._cancel import CLOSING_REASON, CancelMixin, ControlListener
 from ._execute import REQUEUE, JobRunner, Outcome, Processor, log_outcome
@@ -49,6 +50,7 @@ from ._hooks import EVENTS, HookEvent, Hooks, HooksMixin
 from ._lifecycle import Lifecycle, WorkerState
 from ._locks import LockRenewer
 from ._manual import ManualFetcher, ManualMixin
+from ._metrics import install as install_metrics
 from ._outages import Outage, OutageLog, call_through_outages, classify
 from ._pool import ProcessPool
 from ._pooling import check_pool_options, warn_at_start_up
@@ -57,6 +59,9 @@ from ._stalled import StalledChecker
 from ._startup import check_reachable
 from ._threads import ThreadTracker
 from ._watchdog import LoopWatchdog
+
+if TYPE_CHECKING:  # the optional extra echomq[prometheus]
+    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "EVENTS",
@@ -106,6 +111,13 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             within it), raising :class:`~echomq.RedisUnavailableError` instead of retrying
             for ever; once started, the worker rides out outages as usual. None (default):
             retry from the start.
+        metrics_registry: a ``prometheus_client.CollectorRegistry``: the worker keeps its job
+            duration, completed, failed, active and lock-renewal metrics there (needs
+            ``echomq[prometheus]``; see docs/operations.md#prometheus). None (default): none.
+        telemetry: an OpenTelemetry ``Tracer`` or ``TracerProvider``: each job runs inside a
+            ``process <queue>`` CONSUMER span, a child of its producer's span when the job
+            carries one (``pip install 'echomq[otel]'``; see docs/operations.md,
+            "OpenTelemetry"). None (default): no telemetry.
 
     Hooks: ``worker.on(event, callback)`` (see :meth:`on`).
     """
@@ -121,6 +133,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         backoff_strategy: BackoffStrategy | None = None,
         options: WorkerOptions | None = None,
         connect_timeout: Duration | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        telemetry: Any = None,
         **kwargs: Unpack[WorkerOptionsDict],
     ) -> None:
         self._keys = queue_keys(queue, prefix)
@@ -143,6 +157,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._pool: ProcessPool | None = None
         self._processor = processor
         self._backoff_strategy = backoff_strategy
+        self._telemetry = Telemetry.coerce(telemetry)
         self._connect_timeout = None if connect_timeout is None else connect_budget(connect_timeout)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=self._connect_timeout)
         self._schedulers = SchedulerContinuer(self._keys, self._conn, self._give_up)
@@ -174,6 +189,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._executor: ThreadPoolExecutor | None = None
         self._stopped: asyncio.Event | None = None
         self._hooks = Hooks()
+        if metrics_registry is not None:  # Prometheus metrics, updated by hooks
+            install_metrics(self._hooks, queue, metrics_registry)
         self._runs: dict[str, RunState] = {}  # token -> the run of a job being processed
         self._threads = ThreadTracker()
         self._side_tasks: list[asyncio.Task[Any]] = []  # control channel, loop watchdog
@@ -254,6 +271,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             self._executor,
             self._rate_limited,
             pool=self._pool,
+            telemetry=self._telemetry,
+            worker=(self.id, opts.name),
         )
         blocking = self._conn.new_client(
             client_name=self._keys.worker_client_name(opts.name), socket_timeout=None

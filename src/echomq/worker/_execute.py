@@ -36,6 +36,7 @@ from ..ops import worker as wops
 from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire, to_seconds
 from ..protocol import codes, fields
 from ..sync import Job as SyncJob
+from ..telemetry import JOB_ATTEMPT, JOB_ID, JOB_NAME, WORKER_ID, WORKER_NAME, Telemetry
 from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
 from ._cancel import absorb_cancel
 from ._pool import ProcessPool
@@ -125,8 +126,16 @@ class JobRunner:
         executor: Executor | None,
         rate_limited: Callable[[Job, str], Awaitable[None]],
         pool: ProcessPool | None = None,
+        telemetry: Telemetry | None = None,
+        worker: tuple[str, str | None] = ("", None),
     ) -> None:
         self._processor = processor
+        self._telemetry = telemetry
+        self._worker = worker  # (id, name), for span attributes
+        # Without telemetry a job costs nothing more: ``run`` is the plain pipeline.
+        self.run: Callable[[Job, str], Awaitable[Outcome]] = (
+            self._run if telemetry is None else self._traced_run
+        )
         self._pool = pool  # sync processors run in its children (processes=N)
         self._default_timeout = (
             None if options.job_timeout is None else to_seconds(options.job_timeout, "job_timeout")
@@ -202,7 +211,27 @@ class JobRunner:
         )
         return Outcome(item, "failed", reason, error)
 
-    async def run(self, job: Job, token: str) -> Outcome:
+    async def _traced_run(self, job: Job, token: str) -> Outcome:
+        """:meth:`_run` inside a ``process <queue>`` span (see :mod:`echomq.telemetry`)."""
+        tel = self._telemetry
+        assert tel is not None
+        metadata = job.wire_options.get(fields.OPTION_NAMES["telemetry"])  # tm: JSON text
+        worker_id, worker_name = self._worker
+        attributes: dict[str, Any] = {
+            JOB_ID: job.id,
+            JOB_NAME: job.name,
+            JOB_ATTEMPT: job.attempts_made + 1,
+            WORKER_ID: worker_id,
+        }
+        if worker_name:
+            attributes[WORKER_NAME] = worker_name
+        carrier = metadata if isinstance(metadata, str) else None
+        with tel.processing(job.queue_name, carrier, attributes) as span:
+            outcome = await self._run(job, token)
+            tel.outcome(span, job.queue_name, outcome.status, job.attempts_made, outcome.error)
+        return outcome
+
+    async def _run(self, job: Job, token: str) -> Outcome:
         """Run ``job`` (already active, locked with ``token``) and decide its outcome.
 
         A job that cannot be read (its ``data`` or ``opts`` is not valid JSON, or its hash

@@ -1,0 +1,126 @@
+"""``echomq metrics [--host H] [--port P]``: serve ``/metrics`` for every queue under a prefix.
+
+Each scrape finds the queues with ``SCAN`` (as ``echomq queues`` does) and answers the text of
+:meth:`Queue.export_prometheus_metrics` for all of them, each family written once
+(docs/operations.md#prometheus). The server is the standard library's threading HTTP server;
+each scrape opens one Redis connection and closes it. Any other path answers 404; a scrape
+while Redis is unreachable answers 503.
+
+Signals: SIGTERM or SIGINT stops the server; exit code 0. A port that cannot be bound exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import redis.exceptions
+
+from ..ops import prometheus as prom
+from ..queue import Queue, client_from_url
+from ._connect import resolve
+from ._errors import EXIT_OK, EXIT_USAGE, CliError
+from ._queues import find_queues
+
+logger = logging.getLogger("echomq.cli")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DEFAULT_PORT = 9464
+
+
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    """Register the ``metrics`` subcommand."""
+    parser = subparsers.add_parser(
+        "metrics",
+        parents=parents,
+        help="serve Prometheus metrics of every queue under a prefix",
+        description="Serve /metrics (Prometheus text, BullMQ's metric names) for every queue "
+        "under --prefix, found with SCAN at each scrape. Stops on SIGTERM or SIGINT.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})"
+    )
+    parser.set_defaults(handler=run)
+
+
+async def collect(url: str, prefix: str) -> str:
+    """The exposition text of every queue under ``prefix``."""
+    client = client_from_url(url)
+    try:
+        samples = []
+        for name in await find_queues(client, prefix):
+            async with Queue(name, connection=client, prefix=prefix) as q:
+                counts = await q.get_job_counts(*prom.COUNT_STATES)
+                completed = await q.get_metrics("completed", 0, 0)
+                failed = await q.get_metrics("failed", 0, 0)
+            samples.append(prom.QueueSample(name, counts, completed.meta.count, failed.meta.count))
+    finally:
+        await client.aclose()
+    return prom.render(samples)
+
+
+def _handler(url: str, prefix: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/metrics":
+                self._answer(404, "not found: try /metrics\n")
+                return
+            try:
+                text = asyncio.run(collect(url, prefix))
+            except (redis.exceptions.RedisError, OSError) as exc:
+                self._answer(503, f"redis unavailable: {exc}\n")
+                return
+            self._answer(200, text, CONTENT_TYPE)
+
+        def _answer(self, status: int, body: str, ctype: str = "text/plain") -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("%s - " + format, self.address_string(), *args)
+
+    return Handler
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``metrics`` subcommand: serve until SIGTERM or SIGINT."""
+    url = resolve(args.url, args.durability).url
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), _handler(url, args.prefix))
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_USAGE) from exc
+    server.daemon_threads = True
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _SIGNALS}
+    thread = threading.Thread(target=server.serve_forever, name="echomq-metrics", daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    print(f"serving http://{host!s}:{port}/metrics (prefix {args.prefix!r})", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("stopped", file=sys.stderr, flush=True)
+    return EXIT_OK
+
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)

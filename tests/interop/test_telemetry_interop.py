@@ -1,0 +1,124 @@
+"""Traces cross between Node and Python: BullMQ 6.7 with the real ``bullmq-otel`` (and the W3C
+propagator, an in-memory exporter) on one side, echomq with the Python SDK on the other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nodepeer
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from redis.asyncio import Redis
+
+from echomq import Job, Queue, Worker
+from helpers import wait_for
+
+SCRIPT = Path(__file__).resolve().parent / "node" / "otel.mjs"
+#: BullMQ's SpanKind numbers (those of @opentelemetry/api).
+NODE_PRODUCER, NODE_CONSUMER = 3, 4
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()
+
+
+async def node_otel(command: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run tests/interop/node/otel.mjs and return its result."""
+    binary = nodepeer.node_binary()
+    assert binary is not None
+    proc = await asyncio.create_subprocess_exec(
+        binary,
+        str(SCRIPT),
+        command,
+        json.dumps(args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=40)
+    lines = out.decode().strip().splitlines()
+    assert lines, err.decode()
+    envelope: dict[str, Any] = json.loads(lines[-1])
+    assert envelope["ok"], envelope.get("error") or err.decode()
+    result: dict[str, Any] = envelope["result"]
+    return result
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+async def test_a_node_producer_trace_continues_in_a_python_worker(
+    redis: Redis,
+    redis_url: str,
+    queue_name: str,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+) -> None:
+    added = await node_otel(
+        "add",
+        {"url": redis_url, "prefix": "bull", "queue": queue_name, "name": "n2p", "data": {}},
+    )
+    [node_add] = [s for s in added["spans"] if s["name"] == f"add {queue_name}.n2p"]
+    assert node_add["kind"] == NODE_PRODUCER
+    raw = await redis.hget(f"bull:{queue_name}:{added['jobId']}", "opts")
+    assert raw is not None
+    assert isinstance(json.loads(raw)["tm"], str)  # bullmq-otel stores JSON text
+
+    async def work(job: Job) -> str:
+        return "ok"
+
+    async with Worker(queue_name, work, connection=redis, telemetry=provider, drain_delay=0.2):
+        await wait_for(lambda: spans_named(exporter, f"process {queue_name}"), timeout=10)
+    [process] = spans_named(exporter, f"process {queue_name}")
+    assert process.kind is SpanKind.CONSUMER
+    assert process.context is not None and process.parent is not None
+    assert f"{process.context.trace_id:032x}" == node_add["traceId"]
+    assert f"{process.parent.span_id:016x}" == node_add["spanId"]
+    assert process.parent.is_remote
+    assert process.attributes is not None
+    assert process.attributes["bullmq.job.id"] == added["jobId"]
+
+
+async def test_a_python_producer_trace_continues_in_a_node_worker(
+    redis: Redis,
+    redis_url: str,
+    queue_name: str,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+) -> None:
+    async with Queue(queue_name, connection=redis, telemetry=provider) as queue:
+        job = await queue.add("p2n", {"x": 1})
+        await queue.add_bulk([("p2n-bulk", {})])
+    [add] = spans_named(exporter, f"add {queue_name}.p2n")
+    [bulk] = spans_named(exporter, f"addBulk {queue_name}")
+    assert add.context is not None and bulk.context is not None
+    worked = await node_otel(
+        "work", {"url": redis_url, "prefix": "bull", "queue": queue_name, "count": 2}
+    )
+    assert worked["completed"] == 2
+    processes = [s for s in worked["spans"] if s["name"] == f"process {queue_name}"]
+    assert len(processes) == 2
+    by_job = {s["attributes"]["bullmq.job.id"]: s for s in processes}
+    node_process = by_job[job.id]
+    assert node_process["kind"] == NODE_CONSUMER
+    assert node_process["traceId"] == f"{add.context.trace_id:032x}"
+    assert node_process["parentSpanId"] == f"{add.context.span_id:016x}"
+    [other] = [s for s in processes if s is not node_process]
+    assert other["traceId"] == f"{bulk.context.trace_id:032x}"
+    assert other["parentSpanId"] == f"{bulk.context.span_id:016x}"
