@@ -60,10 +60,7 @@ async def collect(url: str, prefix: str) -> str:
         samples = []
         for name in await find_queues(client, prefix):
             async with Queue(name, connection=client, prefix=prefix) as q:
-                counts = await q.get_job_counts(*prom.COUNT_STATES)
-                completed = await q.get_metrics("completed", 0, 0)
-                failed = await q.get_metrics("failed", 0, 0)
-            samples.append(prom.QueueSample(name, counts, completed.meta.count, failed.meta.count))
+                samples.append(await q._prometheus_sample())
     finally:
         await client.aclose()
     return prom.render(samples)

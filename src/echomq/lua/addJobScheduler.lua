@@ -36,6 +36,7 @@
 ]]
 --@include "remove_job"
 --@include "enqueue"
+--@include "every_next"
 
 local q = {
   prefix = KEYS[1], ["repeat"] = KEYS[2], id = KEYS[3], meta = KEYS[4], events = KEYS[5],
@@ -70,11 +71,7 @@ if every then
       next_ms = now
     end
   else
-    next_ms = base + every
-    if next_ms < now then
-      local aligned = math.floor(now / every) * every + offset
-      next_ms = aligned <= now and aligned + every or aligned
-    end
+    next_ms = every_after(base, every, offset, now)
   end
   next_ms = math.floor(next_ms)
   new_offset = offset

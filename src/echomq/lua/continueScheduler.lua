@@ -31,6 +31,7 @@
 --@include "common"
 --@include "job_keys"
 --@include "enqueue"
+--@include "every_next"
 
 local q = {
   prefix = KEYS[1], ["repeat"] = KEYS[2], id = KEYS[3], meta = KEYS[4], events = KEYS[5],
@@ -63,15 +64,7 @@ if every then
   end
   offset = offset or 0
   -- "every next" with a previous iteration: one interval on, or realigned after missed runs.
-  next_ms = prev + every
-  if next_ms < now then
-    local aligned = math.floor(now / every) * every + offset
-    if aligned <= now then
-      next_ms = aligned + every
-    else
-      next_ms = aligned
-    end
-  end
+  next_ms = every_after(prev, every, offset, now)
   next_ms = math.floor(next_ms)
 else
   next_ms = cron_next

@@ -264,11 +264,14 @@ class Queue:
             InvalidOptionError: a global label name is invalid or reserved.
         """
         prom.check_global_labels(global_labels)
+        return prom.render([self._prometheus_sample()], global_labels)
+
+    def _prometheus_sample(self) -> prom.QueueSample:
+        """What the Prometheus export reads of this queue (also used by ``echomq metrics``)."""
         counts = self.get_job_counts(*prom.COUNT_STATES)
         completed = self.get_metrics("completed", 0, 0)
         failed = self.get_metrics("failed", 0, 0)
-        sample = prom.QueueSample(self.name, counts, completed.meta.count, failed.meta.count)
-        return prom.render([sample], global_labels)
+        return prom.QueueSample(self.name, counts, completed.meta.count, failed.meta.count)
 
     def is_paused(self) -> bool:
         """Whether the queue is globally paused."""

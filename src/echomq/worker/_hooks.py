@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, overload
 
@@ -36,18 +37,7 @@ HookEvent = Literal[
     "closed",
 ]
 
-EVENTS: tuple[str, ...] = (
-    "active",
-    "progress",
-    "completed",
-    "failed",
-    "stalled",
-    "drained",
-    "error",
-    "lock_renewal_failed",
-    "closing",
-    "closed",
-)
+EVENTS: tuple[str, ...] = typing.get_args(HookEvent)
 
 #: ``active``: ``fn(job)`` once its processor is about to run.
 JobHook = Callable[[Job], "None | Awaitable[None]"]
