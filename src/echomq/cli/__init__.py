@@ -23,7 +23,7 @@ import redis.exceptions
 
 from .. import __version__
 from ..errors import EchoMQError, ValidationError
-from . import _add, _demo, _metrics, _queue, _queues, _scheduler, _server, _worker
+from . import _add, _dashboard, _demo, _metrics, _queue, _queues, _scheduler, _server, _worker
 from ._connect import connection_options, fill_defaults
 from ._errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_USAGE, CliError
 
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     _queue.add_parser(subparsers, parents)
     _queues.add_parser(subparsers, parents)
     _metrics.add_parser(subparsers, parents)
+    _dashboard.add_parser(subparsers, parents)
     _add.add_parser(subparsers, parents)
     _scheduler.add_parser(subparsers, parents)
     _demo.add_parser(subparsers, parents)

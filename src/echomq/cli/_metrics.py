@@ -22,11 +22,10 @@ from typing import Any
 
 import redis.exceptions
 
-from ..ops import prometheus as prom
-from ..queue import Queue, client_from_url
+from .._discovery import prometheus_text
+from ..queue import client_from_url
 from ._connect import resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
-from ._queues import find_queues
 
 logger = logging.getLogger("echomq.cli")
 
@@ -57,13 +56,9 @@ async def collect(url: str, prefix: str) -> str:
     """The exposition text of every queue under ``prefix``."""
     client = client_from_url(url)
     try:
-        samples = []
-        for name in await find_queues(client, prefix):
-            async with Queue(name, connection=client, prefix=prefix) as q:
-                samples.append(await q._prometheus_sample())
+        return await prometheus_text(client, prefix)
     finally:
         await client.aclose()
-    return prom.render(samples)
 
 
 def _handler(url: str, prefix: str) -> type[BaseHTTPRequestHandler]:

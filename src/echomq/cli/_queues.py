@@ -1,8 +1,6 @@
 """``echomq queues [--prefix P]``: the queues under a prefix, with their job counts.
 
-Queues are found with ``SCAN`` (never ``KEYS``, which blocks the server) over
-``<prefix>:*``: a queue is a name that has one of the keys every queue that ever held a job or
-a job scheduler has (``meta``, ``id``, ``events``, ``repeat``). Keys of jobs never end that way.
+Queues are found with ``SCAN`` (never ``KEYS``), as :mod:`echomq._discovery` says.
 Each queue found is then counted through ``Queue.get_job_counts``, over one connection.
 """
 
@@ -10,19 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 
-import redis.asyncio
-
+from .._discovery import find_queues
 from ..queue import Queue, client_from_url
 from ._connect import resolve
 from ._errors import EXIT_OK
 from ._format import dumps, table
 
-#: Key suffixes that name a queue (``<prefix>:<queue>:<suffix>``).
-_QUEUE_SUFFIXES = ("meta", "id", "events", "repeat")
 _COLUMNS = ("waiting", "prioritized", "delayed", "active", "completed", "failed")
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
 def add_parser(
@@ -38,23 +31,6 @@ def add_parser(
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=run)
-
-
-def glob_escape(text: str) -> str:
-    """``text`` as a literal in a Redis ``MATCH`` pattern."""
-    return _GLOB_SPECIAL.sub(r"\\\1", text)
-
-
-async def find_queues(client: redis.asyncio.Redis, prefix: str) -> list[str]:
-    """The names of the queues under ``prefix``, sorted, found with ``SCAN``."""
-    head = f"{prefix}:"
-    names: set[str] = set()
-    async for raw in client.scan_iter(match=glob_escape(head) + "*", count=1000):
-        key = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        rest, sep, suffix = key[len(head) :].rpartition(":")
-        if sep and rest and ":" not in rest and suffix in _QUEUE_SUFFIXES:
-            names.add(rest)
-    return sorted(names)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,56 @@
+"""Finding the queues under a prefix, and reading them all for Prometheus.
+
+Queues are found with ``SCAN`` (never ``KEYS``, which blocks the server) over
+``<prefix>:*``: a queue is a name that has one of the keys every queue that ever held a job or
+a job scheduler has (``meta``, ``id``, ``events``, ``repeat``). Keys of jobs never end that way,
+and a queue name holds no ``:``. There is no registry of queues: a queue made by any runtime
+(BullMQ for Node included) is found the same way. The cost of a ``SCAN`` grows with the keys
+under the prefix, not with the queues, so callers that list often (the dashboard) cache the
+answer for a few seconds.
+
+Used by ``echomq queues``, ``echomq metrics`` and the dashboard.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import redis.asyncio
+
+from .ops import prometheus as prom
+from .queue import Queue
+
+#: Key suffixes that name a queue (``<prefix>:<queue>:<suffix>``).
+QUEUE_SUFFIXES = ("meta", "id", "events", "repeat")
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a Redis ``MATCH`` pattern."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+async def find_queues(client: redis.asyncio.Redis, prefix: str) -> list[str]:
+    """The names of the queues under ``prefix``, sorted, found with ``SCAN``."""
+    head = f"{prefix}:"
+    names: set[str] = set()
+    async for raw in client.scan_iter(match=glob_escape(head) + "*", count=1000):
+        key = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        rest, sep, suffix = key[len(head) :].rpartition(":")
+        if sep and rest and ":" not in rest and suffix in QUEUE_SUFFIXES:
+            names.add(rest)
+    return sorted(names)
+
+
+async def prometheus_text(
+    client: redis.asyncio.Redis,
+    prefix: str,
+    global_labels: Mapping[str, str] | None = None,
+) -> str:
+    """The Prometheus exposition text of every queue under ``prefix``, each family once."""
+    samples = []
+    for name in await find_queues(client, prefix):
+        async with Queue(name, connection=client, prefix=prefix) as q:
+            samples.append(await q._prometheus_sample())
+    return prom.render(samples, global_labels)

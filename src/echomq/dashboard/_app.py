@@ -1,0 +1,434 @@
+"""The dashboard's routes and its state (kept on the app, never in module globals).
+
+Routes (all under wherever the app is mounted):
+
+- ``GET /``: the queues under the prefix.
+- ``GET /queues/{queue}?state=failed&page=2``: one state tab of a queue, with its
+  schedulers and global limits.
+- ``GET /queues/{queue}/jobs/{job_id}``: one job.
+- ``POST /queues/{queue}/actions/{action}``: ``pause``, ``resume``, ``retry-failed``,
+  ``promote-delayed``, ``clean``, ``add``.
+- ``POST /queues/{queue}/jobs/{job_id}/actions/{action}``: ``retry``, ``promote``, ``remove``.
+- ``GET /metrics``: Prometheus text of every queue; ``GET /healthz``: ``ok`` when Redis answers.
+- ``GET /static/...``: the stylesheet and script, served from the package.
+
+A queue in a path must be one found under the configured prefix (a queue name holds no ``:``,
+so no path reaches another prefix); anything else is a 404, for reads and actions alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl
+
+import jinja2
+import redis.asyncio
+import redis.exceptions
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from .._discovery import find_queues, prometheus_text
+from .._job import Job
+from ..errors import EchoMQError
+from ..protocol.keys import DEFAULT_PREFIX
+from ..queue import Queue, client_from_url
+from . import _views as views
+from ._security import CSRF_FIELD, Access, AuthMiddleware, check_post, csrf_token, remember_csrf
+
+HERE = Path(__file__).parent
+FLASH_COOKIE = "echomq_flash"
+#: Seconds a list of queues found with SCAN is reused before the next SCAN.
+DISCOVERY_TTL = 10.0
+#: The most bytes an action's form may hold (the add-job form carries JSON).
+MAX_FORM_BYTES = 1 << 20
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class NotFound(Exception):
+    """A queue or job that the dashboard does not show."""
+
+
+class Dashboard:
+    """The state of one dashboard app: its client, prefix, access rules and caches."""
+
+    def __init__(self, connection: redis.asyncio.Redis | str, prefix: str, access: Access) -> None:
+        if isinstance(connection, str):
+            self.client = client_from_url(connection)
+            self.owns_client = True
+        else:
+            self.client = connection
+            self.owns_client = False
+        self.prefix = prefix
+        self.access = access
+        self._names: list[str] = []
+        self._found_at = -DISCOVERY_TTL
+        self._queues: dict[str, Queue] = {}
+
+    async def queue_names(self, fresh: bool = False) -> list[str]:
+        """The queues under the prefix (SCAN, reused for :data:`DISCOVERY_TTL` seconds)."""
+        now = time.monotonic()
+        if fresh or now - self._found_at >= DISCOVERY_TTL:
+            self._names = await find_queues(self.client, self.prefix)
+            self._found_at = now
+        return self._names
+
+    async def queue(self, name: str) -> Queue:
+        """The :class:`Queue` named ``name`` under the prefix.
+
+        Raises:
+            NotFound: ``name`` is not a queue found under the prefix.
+        """
+        if not name or ":" in name:
+            raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
+        if name not in await self.queue_names() and name not in await self.queue_names(True):
+            raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = Queue(name, connection=self.client, prefix=self.prefix)
+        return queue
+
+    async def job(self, queue: Queue, job_id: str) -> Job:
+        """The job ``job_id`` of ``queue``.
+
+        Raises:
+            NotFound: there is no such job.
+        """
+        job = await queue.get_job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r} in queue {queue.name!r}")
+        return job
+
+    async def aclose(self) -> None:
+        """Close the queues' connections, and the client when the app made it."""
+        for queue in self._queues.values():
+            await queue.aclose()
+        self._queues.clear()
+        if self.owns_client:
+            await self.client.aclose()
+
+
+def create_app(
+    *,
+    connection: redis.asyncio.Redis | str,
+    prefix: str = DEFAULT_PREFIX,
+    read_only: bool = False,
+    auth: str | None = None,
+    token: str | None = None,
+) -> Starlette:
+    """The dashboard as an ASGI app.
+
+    Serve it (``uvicorn`` or any ASGI server) or mount it: ``app.mount("/queues",
+    create_app(connection=redis))`` under FastAPI or Starlette. Its links follow the mount
+    point.
+
+    Args:
+        connection: a ``redis.asyncio.Redis`` you own (never closed by the app) or a URL
+            (the app makes the client and closes it when it shuts down).
+        prefix: the key prefix whose queues it shows and acts on; no other.
+        read_only: hide every action and refuse every POST (403).
+        auth: ``"user:password"`` for HTTP basic authentication.
+        token: a bearer token (``Authorization: Bearer ...``, or ``?token=`` once in a
+            browser, which keeps it in a cookie). With ``auth`` too, either one is enough.
+
+    Raises:
+        ValueError: ``auth`` is not ``user:password``, or ``token`` is empty.
+    """
+    access = Access.build(read_only, auth, token)
+    dash = Dashboard(connection, prefix, access)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
+    )
+    templates = Jinja2Templates(env=env)
+    templates.env.globals.update(
+        path_for=_path_for,
+        when=views.when,
+        pretty=views.pretty,
+        percent=views.percent,
+        sparkline=views.sparkline,
+    )
+
+    def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        flash = request.cookies.get(FLASH_COOKIE)
+        context.update(
+            prefix=dash.prefix,
+            read_only=access.read_only,
+            csrf=csrf_token(request),
+            csrf_field=CSRF_FIELD,
+            flash=_read_flash(flash),
+            states=views.STATES,
+        )
+        response: Response = templates.TemplateResponse(request, name, context, status_code=status)
+        remember_csrf(request, response)
+        if flash:
+            response.delete_cookie(FLASH_COOKIE, path=_root(request))
+        return response
+
+    def page(
+        handler: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def wrapped(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except NotFound as exc:
+                return render(request, "error.html", {"message": str(exc)}, 404)
+            except (redis.exceptions.RedisError, OSError, EchoMQError) as exc:
+                message = f"Redis could not be read: {exc}"
+                return render(request, "error.html", {"message": message}, 503)
+
+        return wrapped
+
+    @page
+    async def queues(request: Request) -> Response:
+        names = await dash.queue_names(fresh=True)
+        rows = [await views.summary(await dash.queue(n)) for n in names]
+        return render(request, "queues.html", {"queues": rows})
+
+    @page
+    async def queue_view(request: Request) -> Response:
+        queue = await dash.queue(request.path_params["queue"])
+        state = request.query_params.get("state", "failed")
+        if state not in views.STATES:
+            raise NotFound(f"no state {state!r}; one of {', '.join(views.STATES)}")
+        number = _int(request.query_params.get("page"), 1)
+        data = await views.queue_page(queue, state, number)
+        return render(request, "queue.html", {"q": data, "queue": queue.name})
+
+    @page
+    async def job_view(request: Request) -> Response:
+        queue = await dash.queue(request.path_params["queue"])
+        job = await dash.job(queue, request.path_params["job_id"])
+        data = await views.job_page(queue, job)
+        return render(request, "job.html", {"j": data, "queue": queue.name})
+
+    async def queue_action(request: Request) -> Response:
+        return await _act(request, dash, _QUEUE_ACTIONS)
+
+    async def job_action(request: Request) -> Response:
+        return await _act(request, dash, _JOB_ACTIONS)
+
+    async def metrics(request: Request) -> Response:
+        try:
+            text = await prometheus_text(dash.client, dash.prefix)
+        except (redis.exceptions.RedisError, OSError, EchoMQError) as exc:
+            return PlainTextResponse(f"redis unavailable: {exc}\n", status_code=503)
+        return Response(text, media_type=PROMETHEUS_TYPE)
+
+    async def healthz(request: Request) -> Response:
+        try:
+            await dash.client.ping()
+        except (redis.exceptions.RedisError, OSError) as exc:
+            return PlainTextResponse(f"redis unavailable: {exc}\n", status_code=503)
+        return PlainTextResponse("ok\n")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await dash.aclose()
+
+    routes = [
+        Route("/", queues, name="queues"),
+        Route("/queues/{queue}", queue_view, name="queue"),
+        Route(
+            "/queues/{queue}/jobs/{job_id:path}/actions/{action}",
+            job_action,
+            methods=["POST"],
+            name="job_action",
+        ),
+        Route("/queues/{queue}/jobs/{job_id:path}", job_view, name="job"),
+        Route(
+            "/queues/{queue}/actions/{action}", queue_action, methods=["POST"], name="queue_action"
+        ),
+        Route("/metrics", metrics, name="metrics"),
+        Route("/healthz", healthz, name="healthz"),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dashboard = dash
+    app.add_middleware(AuthMiddleware, access=access)
+    return app
+
+
+@jinja2.pass_context
+def _path_for(context: Mapping[str, Any], name: str, /, **params: Any) -> str:
+    """The path (no scheme or host: right behind any proxy) of a route, under the mount point."""
+    request: Request = context["request"]
+    return str(request.url_for(name, **params).path)
+
+
+def _write_flash(kind: str, message: str) -> str:
+    """A message for the next page, as a cookie-safe value."""
+    return base64.urlsafe_b64encode(json.dumps([kind, message]).encode()).decode()
+
+
+def _read_flash(value: str | None) -> list[str] | None:
+    """The message :func:`_write_flash` stored, or None."""
+    if not value:
+        return None
+    try:
+        kind, message = json.loads(base64.urlsafe_b64decode(value.encode()))
+    except (ValueError, TypeError):
+        return None
+    return [str(kind), str(message)]
+
+
+def _root(request: Request) -> str:
+    return str(request.scope.get("root_path") or "") or "/"
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+Action = Callable[[Dashboard, Queue, Request, dict[str, str]], Awaitable[str]]
+
+
+async def _pause(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    await queue.pause()
+    return f"queue {queue.name} paused"
+
+
+async def _resume(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    await queue.resume()
+    return f"queue {queue.name} resumed"
+
+
+async def _retry_failed(
+    dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]
+) -> str:
+    count = (await queue.get_job_counts("failed"))["failed"]
+    await queue.retry_jobs("failed")
+    return f"{count} failed job(s) sent back to wait"
+
+
+async def _promote_delayed(
+    dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]
+) -> str:
+    count = (await queue.get_job_counts("delayed"))["delayed"]
+    await queue.promote_jobs()
+    return f"{count} delayed job(s) promoted"
+
+
+async def _clean(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    state = form.get("state", "completed")
+    try:
+        grace = float(form.get("grace", "0") or 0)
+        limit = int(form.get("limit", "0") or 0)
+    except ValueError as exc:
+        raise ValueError("grace (seconds) and limit must be numbers") from exc
+    removed = await queue.clean(grace, limit, state)
+    return f"{len(removed)} {state} job(s) older than {grace:g} s removed"
+
+
+async def _add(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    name = form.get("name", "").strip()
+    if not name:
+        raise ValueError("a job needs a name")
+    data = _json_field(form, "data", None)
+    options = _json_field(form, "options", {})
+    if not isinstance(options, dict):
+        raise ValueError('options must be a JSON object, e.g. {"delay": 5, "attempts": 3}')
+    job = await queue.add(name, data, **options)
+    return f"job {job.id} added to {queue.name}"
+
+
+def _json_field(form: dict[str, str], field: str, empty: Any) -> Any:
+    text = form.get(field, "").strip()
+    if not text:
+        return empty
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{field} is not valid JSON: {exc}") from exc
+
+
+async def _job_retry(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    job = await dash.job(queue, request.path_params["job_id"])
+    await job.retry(await job.get_state())
+    return f"job {job.id} sent back to wait"
+
+
+async def _job_promote(
+    dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]
+) -> str:
+    job = await dash.job(queue, request.path_params["job_id"])
+    await job.promote()
+    return f"job {job.id} promoted"
+
+
+async def _job_remove(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
+    job = await dash.job(queue, request.path_params["job_id"])
+    if not await job.remove():
+        raise ValueError(f"job {job.id} is locked by a worker and was not removed")
+    return f"job {job.id} removed"
+
+
+_QUEUE_ACTIONS: dict[str, Action] = {
+    "pause": _pause,
+    "resume": _resume,
+    "retry-failed": _retry_failed,
+    "promote-delayed": _promote_delayed,
+    "clean": _clean,
+    "add": _add,
+}
+_JOB_ACTIONS: dict[str, Action] = {
+    "retry": _job_retry,
+    "promote": _job_promote,
+    "remove": _job_remove,
+}
+
+
+async def _act(request: Request, dash: Dashboard, actions: dict[str, Action]) -> Response:
+    """Run one POSTed action and send the browser back with a message."""
+    if dash.access.read_only:
+        return PlainTextResponse("the dashboard is read-only", status_code=403)
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return PlainTextResponse("form too large", status_code=413)
+    form = dict(parse_qsl(body.decode(errors="replace"), keep_blank_values=True))
+    refused = check_post(request, form)
+    if refused:
+        return PlainTextResponse(refused, status_code=403)
+    action = actions.get(request.path_params["action"])
+    if action is None:
+        return PlainTextResponse("no such action", status_code=404)
+    try:
+        queue = await dash.queue(request.path_params["queue"])
+        message, ok = await action(dash, queue, request, form), True
+    except NotFound as exc:
+        return PlainTextResponse(str(exc), status_code=404)
+    except (EchoMQError, ValueError, TypeError) as exc:
+        message, ok = str(exc), False
+    response = RedirectResponse(_back(request, form), status_code=303)
+    response.set_cookie(
+        FLASH_COOKIE,
+        _write_flash("ok" if ok else "error", message),
+        max_age=60,
+        httponly=True,
+        samesite="strict",
+        path=_root(request),
+    )
+    return response
+
+
+def _back(request: Request, form: dict[str, str]) -> str:
+    """Where to go after an action: the form's ``next`` when it is a path of this app."""
+    root = str(request.scope.get("root_path") or "")
+    target = form.get("next", "")
+    if target.startswith(root + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return str(request.url_for("queue", queue=request.path_params["queue"]).path)

@@ -1,0 +1,448 @@
+"""The dashboard app (``echomq.dashboard.create_app``) over HTTP, on the suite's real Redis.
+
+Requests go through Starlette's TestClient (the app runs on its own event loop in a thread,
+with its own Redis client made from the URL, as in production); the state each action leaves
+is read back with echomq's public API. The ``echomq dashboard`` process itself is tested at
+the end, and in a real browser in tests/test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
+from starlette.testclient import TestClient
+
+import echomq
+from echomq import FlowJob, FlowProducer, Job, Queue, Worker
+from echomq.dashboard import create_app
+from helpers import wait_for
+
+FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 1.0}
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def client(redis_url: str, **options: Any) -> TestClient:
+    return TestClient(create_app(connection=redis_url, **options), follow_redirects=False)
+
+
+def csrf_of(page: str) -> str:
+    found = CSRF.search(page)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def post(c: TestClient, path: str, **form: str) -> Any:
+    """POST an action as its page's own form would: with the CSRF token that page holds."""
+    page = path.split("/actions/")[0]
+    text = c.get(page if "/jobs/" in page else page + "?state=failed").text
+    return c.post(path, data={"csrf": csrf_of(text), **form})
+
+
+async def finish(redis: Redis, queue: str, ok: int, bad: int) -> None:
+    """Complete ``ok`` jobs (returning their index) and fail ``bad`` through a real worker."""
+    items: list[tuple[str, Any]] = [("ok", {"i": i}) for i in range(ok)]
+    items += [("bad", {"i": i}) for i in range(bad)]
+    await echomq.add_bulk(queue, items, connection=redis)
+
+    async def run(job: Job) -> Any:
+        await job.log(f"working on {job.data['i']}")
+        await job.update_progress(50)
+        if job.name == "bad":
+            raise RuntimeError(f"bad job {job.data['i']}")
+        return {"done": job.data["i"]}
+
+    async with Worker(queue, run, connection=redis, metrics_max_data_points=60, **FAST):
+
+        async def finished() -> bool:
+            counts = await echomq.get_job_counts(queue, "completed", "failed", connection=redis)
+            return counts == {"completed": ok, "failed": bad}
+
+        await wait_for(finished, timeout=15)
+
+
+@pytest.fixture
+def other_prefix() -> Iterator[str]:
+    yield f"other{os.getpid()}"
+
+
+async def test_queue_list_shows_the_queues_of_its_prefix_only(
+    redis: Redis, redis_url: str, queue_name: str, other_prefix: str
+) -> None:
+    await finish(redis, queue_name, ok=2, bad=1)
+    await echomq.add(queue_name, "waiting", {}, connection=redis)
+    await echomq.add(f"{queue_name}-x", "elsewhere", {}, connection=redis, prefix=other_prefix)
+    await echomq.pause(queue_name, connection=redis)
+    with client(redis_url) as c:
+        page = c.get("/")
+        assert page.status_code == 200
+        row = re.search(rf'<tr data-queue="{queue_name}">(.*?)</tr>', page.text, re.S)
+        assert row, page.text
+        cells = dict(re.findall(r'class="count ([a-z-]+)">(\d+)<', row.group(1)))
+        assert cells["completed"] == "2" and cells["failed"] == "1" and cells["waiting"] == "1"
+        assert "paused" in row.group(1)
+        assert f"{queue_name}-x" not in page.text
+    with client(redis_url, prefix=other_prefix) as c:
+        page = c.get("/")
+        assert f'data-queue="{queue_name}-x"' in page.text
+        assert f'data-queue="{queue_name}"' not in page.text
+
+
+async def test_state_tabs_page_through_jobs_newest_first(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await finish(redis, queue_name, ok=30, bad=0)
+    expected = [j.id for j in await echomq.get_jobs(queue_name, "completed", connection=redis)]
+    with client(redis_url) as c:
+        first = c.get(f"/queues/{queue_name}?state=completed")
+        second = c.get(f"/queues/{queue_name}?state=completed&page=2")
+        beyond = c.get(f"/queues/{queue_name}?state=completed&page=99")
+        bad_state = c.get(f"/queues/{queue_name}?state=nope")
+    ids = [re.findall(r'<tr data-job="([^"]+)">', p.text) for p in (first, second, beyond)]
+    assert ids[0] == expected[:25] and ids[1] == expected[25:]
+    assert ids[2] == ids[1], "a page past the end shows the last page"
+    assert "page 1 of 2" in first.text and "page 2 of 2" in second.text
+    assert '<progress max="100" value="50.0">' in first.text
+    assert bad_state.status_code == 404
+
+
+async def test_job_page_shows_everything_of_a_failed_job(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await finish(redis, queue_name, ok=0, bad=1)
+    (job,) = await echomq.get_jobs(queue_name, "failed", connection=redis)
+    with client(redis_url) as c:
+        page = c.get(f"/queues/{queue_name}/jobs/{job.id}")
+        missing = c.get(f"/queues/{queue_name}/jobs/nope")
+    assert page.status_code == 200
+    text = page.text
+    assert 'id="job-state">failed<' in text
+    assert "bad job 0" in text and "RuntimeError" in text  # reason and stack trace
+    assert "working on 0" in text  # the log
+    assert "&#34;i&#34;: 0" in text  # data as escaped JSON
+    for label in ("added", "processed", "failed"):
+        assert f"<b>{label}</b>" in text
+    assert missing.status_code == 404
+
+
+async def test_job_page_links_parent_and_children(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    async with FlowProducer(connection=redis) as flow:
+        node = await flow.add(
+            FlowJob("parent", queue_name, {}, children=[FlowJob("child", queue_name, {"n": 1})])
+        )
+    parent, child = node.job, node.children[0].job
+    with client(redis_url) as c:
+        parent_page = c.get(f"/queues/{queue_name}/jobs/{parent.id}").text
+        child_page = c.get(f"/queues/{queue_name}/jobs/{child.id}").text
+    assert f'href="/queues/{queue_name}/jobs/{child.id}"' in parent_page
+    assert "pending" in parent_page and 'id="job-state">waiting-children<' in parent_page
+    assert f'href="/queues/{queue_name}/jobs/{parent.id}"' in child_page
+
+
+async def test_schedulers_and_global_limits_are_shown(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    async with Queue(queue_name, connection=redis) as q:
+        await q.upsert_job_scheduler("nightly", pattern="0 3 * * *", template={"name": "report"})
+        await q.set_global_concurrency(4)
+        await q.set_global_rate_limit(10, 2)
+    with client(redis_url) as c:
+        text = c.get(f"/queues/{queue_name}?state=delayed").text
+    schedulers = text[text.index('id="schedulers"') :]
+    assert "nightly" in schedulers and "0 3 * * *" in schedulers and "report" in schedulers
+    limits = text[text.index('id="limits"') : text.index('id="schedulers"')]
+    assert "<b>4</b>" in limits and "<b>10</b> job(s) per 2.0 s" in limits
+
+
+async def test_actions_go_through_and_leave_the_state_the_api_reads(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await finish(redis, queue_name, ok=1, bad=3)
+    failed = [j.id for j in await echomq.get_jobs(queue_name, "failed", connection=redis)]
+    delayed = [
+        (await echomq.add(queue_name, "later", {}, connection=redis, delay=600)).id
+        for _ in range(3)
+    ]
+    base = f"/queues/{queue_name}"
+    with client(redis_url) as c:
+        answer = post(c, f"{base}/actions/pause", next=f"{base}?state=failed")
+        assert answer.status_code == 303 and answer.headers["location"] == f"{base}?state=failed"
+        assert await echomq.is_paused(queue_name, connection=redis)
+        assert "paused" in c.get(answer.headers["location"]).text  # the flash message
+        post(c, f"{base}/actions/resume")
+        assert not await echomq.is_paused(queue_name, connection=redis)
+
+        post(c, f"{base}/jobs/{failed[0]}/actions/retry")
+        assert await echomq.get_state(queue_name, failed[0], connection=redis) == "waiting"
+        post(c, f"{base}/actions/retry-failed")
+        states = {await echomq.get_state(queue_name, i, connection=redis) for i in failed}
+        assert states == {"waiting"}
+
+        post(c, f"{base}/jobs/{delayed[0]}/actions/promote")
+        assert await echomq.get_state(queue_name, delayed[0], connection=redis) == "waiting"
+        post(c, f"{base}/actions/promote-delayed")
+        assert await echomq.get_job_counts(queue_name, "delayed", connection=redis) == {
+            "delayed": 0
+        }
+
+        post(c, f"{base}/jobs/{delayed[1]}/actions/remove")
+        assert await echomq.get_job(queue_name, delayed[1], connection=redis) is None
+
+        post(c, f"{base}/actions/clean", state="completed", grace="0", limit="0")
+        assert await echomq.get_job_counts(queue_name, "completed", connection=redis) == {
+            "completed": 0
+        }
+
+        added = post(
+            c,
+            f"{base}/actions/add",
+            name="hello",
+            data='{"to": "x"}',
+            options='{"priority": 3, "attempts": 2}',
+        )
+        assert added.status_code == 303
+        (job,) = await echomq.get_jobs(queue_name, "prioritized", connection=redis)
+        assert (job.name, job.data, job.priority, job.attempts) == ("hello", {"to": "x"}, 3, 2)
+
+
+async def test_a_refused_add_writes_nothing_and_says_why(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "seed", {}, connection=redis)
+    before = sorted(await redis.keys(f"bull:{queue_name}:*"))
+    base = f"/queues/{queue_name}"
+    with client(redis_url) as c:
+        for form, reason in (
+            ({"name": "x", "data": "{oops"}, "data is not valid JSON"),
+            ({"name": "x", "options": '{"bogus": 1}'}, "unknown job option"),
+            ({"name": "x", "options": '{"delay": -5}'}, "delay"),
+            ({"name": "", "data": "{}"}, "a job needs a name"),
+        ):
+            answer = post(c, f"{base}/actions/add", **form)
+            assert answer.status_code == 303
+            shown = c.get(answer.headers["location"]).text
+            assert 'class="flash error"' in shown and reason in shown, (form, shown[:400])
+    assert sorted(await redis.keys(f"bull:{queue_name}:*")) == before
+
+
+async def test_posts_without_the_pages_csrf_token_or_from_elsewhere_are_refused(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "seed", {}, connection=redis)
+    path = f"/queues/{queue_name}/actions/pause"
+    with client(redis_url) as c:
+        token = csrf_of(c.get(f"/queues/{queue_name}").text)
+        assert c.post(path, data={}).status_code == 403
+        assert c.post(path, data={"csrf": "x" * 43}).status_code == 403
+        cross = c.post(path, data={"csrf": token}, headers={"origin": "http://evil.example"})
+        assert cross.status_code == 403
+        with client(redis_url) as stranger:  # a browser that never loaded our page
+            assert stranger.post(path, data={"csrf": token}).status_code == 403
+        assert c.get(path).status_code == 405  # actions are POST only
+        assert not await echomq.is_paused(queue_name, connection=redis)
+        assert c.post(path, data={"csrf": token}).status_code == 303
+    assert await echomq.is_paused(queue_name, connection=redis)
+
+
+async def test_read_only_hides_every_action_and_refuses_posts(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await finish(redis, queue_name, ok=0, bad=1)
+    (job,) = await echomq.get_jobs(queue_name, "failed", connection=redis)
+    with client(redis_url, read_only=True) as c:
+        pages = [
+            c.get("/").text,
+            c.get(f"/queues/{queue_name}?state=failed").text,
+            c.get(f"/queues/{queue_name}/jobs/{job.id}").text,
+        ]
+        assert all('id="read-only"' in p for p in pages)
+        assert not any('method="post"' in p for p in pages)
+        token = c.cookies.get("echomq_csrf")
+        assert token
+        for action in ("retry-failed", "pause", "clean"):
+            refused = c.post(f"/queues/{queue_name}/actions/{action}", data={"csrf": token})
+            assert refused.status_code == 403 and "read-only" in refused.text
+        refused = c.post(f"/queues/{queue_name}/jobs/{job.id}/actions/retry", data={"csrf": token})
+        assert refused.status_code == 403
+    assert await echomq.get_state(queue_name, job.id, connection=redis) == "failed"
+    assert not await echomq.is_paused(queue_name, connection=redis)
+
+
+async def test_no_path_reaches_a_queue_outside_the_prefix(
+    redis: Redis, redis_url: str, queue_name: str, other_prefix: str
+) -> None:
+    outside = await echomq.add(queue_name, "x", {}, connection=redis, prefix=other_prefix)
+    await echomq.add(f"{queue_name}-mine", "x", {}, connection=redis)
+    with client(redis_url) as c:
+        token = csrf_of(c.get(f"/queues/{queue_name}-mine").text)
+        for path in (f"/queues/{queue_name}", f"/queues/{other_prefix}:{queue_name}"):
+            assert c.get(path).status_code == 404
+            action = c.post(f"{path}/actions/pause", data={"csrf": token})
+            assert action.status_code == 404
+        removal = c.post(
+            f"/queues/{queue_name}/jobs/{outside.id}/actions/remove", data={"csrf": token}
+        )
+        assert removal.status_code == 404
+    assert await echomq.get_job(queue_name, outside.id, connection=redis, prefix=other_prefix)
+    assert not await echomq.is_paused(queue_name, connection=redis, prefix=other_prefix)
+
+
+async def test_html_in_job_fields_is_escaped_everywhere(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    payload = "<script>alert(1)</script>"
+    job = await echomq.add(
+        queue_name, "<img src=x onerror=alert(2)>", {"x": payload}, connection=redis
+    )
+    with client(redis_url) as c:
+        pages = [
+            c.get(f"/queues/{queue_name}?state=waiting").text,
+            c.get(f"/queues/{queue_name}/jobs/{job.id}").text,
+        ]
+    for text in pages:
+        assert payload not in text and "<img src=x" not in text
+        assert "&lt;img src=x onerror=alert(2)&gt;" in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[1]
+
+
+def test_basic_auth_and_token(redis_url: str) -> None:
+    with client(redis_url, auth="admin:s3cret") as c:
+        denied = c.get("/")
+        assert denied.status_code == 401 and "Basic" in denied.headers["www-authenticate"]
+        assert c.get("/metrics").status_code == 401
+        assert c.get("/", auth=("admin", "wrong")).status_code == 401
+        assert c.get("/", auth=("admin", "s3cret")).status_code == 200
+    with client(redis_url, token="t0ken") as c:
+        assert c.get("/").status_code == 401
+        assert c.get("/", headers={"authorization": "Bearer t0ken"}).status_code == 200
+        landing = c.get("/?token=t0ken&x=1")
+        assert landing.status_code == 303 and landing.headers["location"] == "/?x=1"
+        assert c.get("/").status_code == 200  # the cookie now carries it
+    with pytest.raises(ValueError, match="user:password"):
+        create_app(connection=redis_url, auth="nopassword")
+
+
+async def test_metrics_and_health(redis: Redis, redis_url: str, queue_name: str) -> None:
+    await finish(redis, queue_name, ok=2, bad=1)
+    with client(redis_url) as c:
+        metrics = c.get("/metrics")
+        assert c.get("/healthz").text == "ok\n"
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(metrics.text)
+        for s in f.samples
+    }
+    assert samples[("bullmq_job_count", (("queue", queue_name), ("state", "completed")))] == 2
+    assert samples[("bullmq_job_failed_total", (("queue", queue_name),))] == 1
+
+
+def test_redis_down_is_a_503_page_not_a_crash() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with client(f"redis://127.0.0.1:{port}/0") as c:
+        page = c.get("/")
+        assert page.status_code == 503 and "Redis could not be read" in page.text
+        assert c.get("/healthz").status_code == 503
+
+
+async def test_mounted_under_fastapi_its_links_follow_the_mount(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    job = await echomq.add(queue_name, "x", {}, connection=redis)
+    api = FastAPI()
+    api.mount("/admin/queues", create_app(connection=redis_url))
+    with TestClient(api, follow_redirects=False) as c:
+        listing = c.get("/admin/queues/")
+        assert listing.status_code == 200
+        assert f'href="/admin/queues/queues/{queue_name}?state=waiting"' in listing.text
+        assert 'href="/admin/queues/static/dashboard.css"' in listing.text
+        assert c.get("/admin/queues/static/dashboard.css").status_code == 200
+        page = c.get(f"/admin/queues/queues/{queue_name}?state=waiting")
+        assert f'href="/admin/queues/queues/{queue_name}/jobs/{job.id}"' in page.text
+        token = csrf_of(page.text)
+        done = c.post(f"/admin/queues/queues/{queue_name}/actions/pause", data={"csrf": token})
+        assert done.headers["location"] == f"/admin/queues/queues/{queue_name}"
+    assert await echomq.is_paused(queue_name, connection=redis)
+
+
+# -- the `echomq dashboard` process -----------------------------------------------------
+
+
+def start_cli(*args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echomq.cli", "dashboard", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    found = re.search(r"serving (http://\S+/)", line)
+    assert found, (line, proc.stderr.read() if proc.poll() is not None else "")
+    return proc, found.group(1)
+
+
+def fetch(url: str, **headers: str) -> tuple[int, str]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.timeout(60)
+async def test_cli_serves_and_stops_cleanly_on_sigterm(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "x", {}, connection=redis)
+    proc, url = start_cli("--url", redis_url, "--auth", "ops:pw")
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        assert fetch(url)[0] == 401
+        auth = "Basic " + base64.b64encode(b"ops:pw").decode()
+        status, text = fetch(url, authorization=auth)
+        assert status == 200 and f'data-queue="{queue_name}"' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "stopped" in err
+
+
+def test_cli_refuses_a_taken_port_and_bad_auth(redis_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = subprocess.run(
+            [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--auth", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "user:password" in bad.stderr
