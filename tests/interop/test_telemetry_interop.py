@@ -122,3 +122,45 @@ async def test_a_python_producer_trace_continues_in_a_node_worker(
     [other] = [s for s in processes if s is not node_process]
     assert other["traceId"] == f"{bulk.context.trace_id:032x}"
     assert other["parentSpanId"] == f"{bulk.context.span_id:016x}"
+
+
+async def test_a_node_python_node_chain_is_one_trace(
+    redis: Redis,
+    redis_url: str,
+    queue_name: str,
+    provider: TracerProvider,
+    exporter: InMemorySpanExporter,
+) -> None:
+    """Node adds A; a Python worker runs A and, inside it, adds B; a Node worker runs B."""
+    first, second = f"{queue_name}-a", f"{queue_name}-b"
+    added = await node_otel(
+        "add", {"url": redis_url, "prefix": "bull", "queue": first, "name": "step1", "data": {}}
+    )
+    [node_add] = [s for s in added["spans"] if s["name"] == f"add {first}.step1"]
+
+    async with Queue(second, connection=redis, telemetry=provider) as follow_up:
+
+        async def work(job: Job) -> str:
+            await follow_up.add("step2", {"from": job.id})
+            return "ok"
+
+        async with Worker(first, work, connection=redis, telemetry=provider, drain_delay=0.2):
+            await wait_for(lambda: spans_named(exporter, f"process {first}"), timeout=10)
+    [process] = spans_named(exporter, f"process {first}")
+    [python_add] = spans_named(exporter, f"add {second}.step2")
+    worked = await node_otel(
+        "work", {"url": redis_url, "prefix": "bull", "queue": second, "count": 1}
+    )
+    [node_process] = [s for s in worked["spans"] if s["name"] == f"process {second}"]
+
+    assert process.context is not None and process.parent is not None
+    assert python_add.context is not None and python_add.parent is not None
+    trace = node_add["traceId"]
+    # One trace id from the Node producer to the Node worker, through Python.
+    assert f"{process.context.trace_id:032x}" == trace
+    assert f"{python_add.context.trace_id:032x}" == trace
+    assert node_process["traceId"] == trace
+    # And each span's parent is the one before it.
+    assert f"{process.parent.span_id:016x}" == node_add["spanId"]
+    assert python_add.parent.span_id == process.context.span_id
+    assert node_process["parentSpanId"] == f"{python_add.context.span_id:016x}"
