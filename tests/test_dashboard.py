@@ -446,3 +446,25 @@ def test_cli_refuses_a_taken_port_and_bad_auth(redis_url: str) -> None:
         timeout=30,
     )
     assert bad.returncode == 2 and "user:password" in bad.stderr
+
+
+async def test_find_a_job_by_id(redis: Redis, redis_url: str, queue_name: str) -> None:
+    job = await echomq.add(queue_name, "x", {}, connection=redis, job_id="order-42")
+    with client(redis_url) as c:
+        found = c.get(f"/queues/{queue_name}/find?id={job.id}")
+        assert found.status_code == 303
+        assert found.headers["location"] == f"/queues/{queue_name}/jobs/order-42"
+        assert c.get(f"/queues/{queue_name}/find?id=nope").status_code == 404
+
+
+async def test_the_queue_list_is_rescanned_every_few_seconds_or_on_demand(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "x", {}, connection=redis)
+    with client(redis_url) as c:
+        assert f'data-queue="{queue_name}"' in c.get("/").text
+        await echomq.add(f"{queue_name}-new", "x", {}, connection=redis)
+        assert f'data-queue="{queue_name}-new"' not in c.get("/").text  # the cached scan
+        assert f'data-queue="{queue_name}-new"' in c.get("/?refresh").text
+        # A queue's own page never waits for a scan.
+        assert c.get(f"/queues/{queue_name}-new?state=waiting").status_code == 200

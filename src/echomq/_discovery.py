@@ -8,7 +8,8 @@ and a queue name holds no ``:``. There is no registry of queues: a queue made by
 under the prefix, not with the queues, so callers that list often (the dashboard) cache the
 answer for a few seconds.
 
-Used by ``echomq queues``, ``echomq metrics`` and the dashboard.
+Whether one name is a queue is a single ``EXISTS`` over the same four keys. Used by
+``echomq queues``, ``echomq metrics`` and the dashboard.
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ async def find_queues(client: redis.asyncio.Redis, prefix: str) -> list[str]:
         if sep and rest and ":" not in rest and suffix in QUEUE_SUFFIXES:
             names.add(rest)
     return sorted(names)
+
+
+async def queue_exists(client: redis.asyncio.Redis, prefix: str, name: str) -> bool:
+    """Whether ``name`` is a queue under ``prefix`` (one ``EXISTS``, no scan)."""
+    if not name or ":" in name:
+        return False
+    keys = [f"{prefix}:{name}:{suffix}" for suffix in QUEUE_SUFFIXES]
+    return bool(await client.exists(*keys))
 
 
 async def prometheus_text(

@@ -2,10 +2,12 @@
 
 Routes (all under wherever the app is mounted):
 
-- ``GET /``: the queues under the prefix.
+- ``GET /``: the queues under the prefix (found with SCAN at most every 10 s; ``?refresh``
+  scans now).
 - ``GET /queues/{queue}?state=failed&page=2``: one state tab of a queue, with its
   schedulers and global limits.
-- ``GET /queues/{queue}/jobs/{job_id}``: one job.
+- ``GET /queues/{queue}/jobs/{job_id}``: one job; ``GET /queues/{queue}/find?id=...`` goes
+  there.
 - ``POST /queues/{queue}/actions/{action}``: ``pause``, ``resume``, ``retry-failed``,
   ``promote-delayed``, ``clean``, ``add``.
 - ``POST /queues/{queue}/jobs/{job_id}/actions/{action}``: ``retry``, ``promote``, ``remove``.
@@ -37,7 +39,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .._discovery import find_queues, prometheus_text
+from .._discovery import find_queues, prometheus_text, queue_exists
 from .._job import Job
 from ..errors import EchoMQError
 from ..protocol.keys import DEFAULT_PREFIX
@@ -88,9 +90,7 @@ class Dashboard:
         Raises:
             NotFound: ``name`` is not a queue found under the prefix.
         """
-        if not name or ":" in name:
-            raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
-        if name not in await self.queue_names() and name not in await self.queue_names(True):
+        if not await queue_exists(self.client, self.prefix, name):
             raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
         queue = self._queues.get(name)
         if queue is None:
@@ -189,7 +189,7 @@ def create_app(
 
     @page
     async def queues(request: Request) -> Response:
-        names = await dash.queue_names(fresh=True)
+        names = await dash.queue_names(fresh="refresh" in request.query_params)
         rows = [await views.summary(await dash.queue(n)) for n in names]
         return render(request, "queues.html", {"queues": rows})
 
@@ -209,6 +209,15 @@ def create_app(
         job = await dash.job(queue, request.path_params["job_id"])
         data = await views.job_page(queue, job)
         return render(request, "job.html", {"j": data, "queue": queue.name})
+
+    @page
+    async def find_job(request: Request) -> Response:
+        queue = await dash.queue(request.path_params["queue"])
+        job_id = request.query_params.get("id", "").strip()
+        if not job_id:
+            raise NotFound("give a job id")
+        job = await dash.job(queue, job_id)
+        return RedirectResponse(request.url_for("job", queue=queue.name, job_id=job.id).path, 303)
 
     async def queue_action(request: Request) -> Response:
         return await _act(request, dash, _QUEUE_ACTIONS)
@@ -247,6 +256,7 @@ def create_app(
             name="job_action",
         ),
         Route("/queues/{queue}/jobs/{job_id:path}", job_view, name="job"),
+        Route("/queues/{queue}/find", find_job, name="find_job"),
         Route(
             "/queues/{queue}/actions/{action}", queue_action, methods=["POST"], name="queue_action"
         ),
