@@ -9,6 +9,7 @@ the end, and in a real browser in tests/test_dashboard_browser.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -366,8 +367,15 @@ async def test_mounted_under_fastapi_its_links_follow_the_mount(
     redis: Redis, redis_url: str, queue_name: str
 ) -> None:
     job = await echomq.add(queue_name, "x", {}, connection=redis)
-    api = FastAPI()
-    api.mount("/admin/queues", create_app(connection=redis_url))
+    dashboard = create_app(connection=redis_url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with dashboard.router.lifespan_context(dashboard):  # closes its Redis client
+            yield
+
+    api = FastAPI(lifespan=lifespan)
+    api.mount("/admin/queues", dashboard)
     with TestClient(api, follow_redirects=False) as c:
         listing = c.get("/admin/queues/")
         assert listing.status_code == 200

@@ -197,10 +197,15 @@ def percent(progress: Any) -> float | None:
 
 
 def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
-    """SVG polyline points for per-minute counts (most recent first), oldest on the left."""
-    series = list(reversed(values)) or [0]
+    """SVG polyline points for per-minute counts (most recent first), oldest on the left.
+
+    The series always spans :data:`CHART_MINUTES` minutes: minutes without a data point (a
+    queue younger than an hour, or workers without metrics) count as zero.
+    """
+    recent = list(reversed(values[:CHART_MINUTES]))
+    series = [0] * (CHART_MINUTES - len(recent)) + recent
     top = max(series) or 1
-    step = width / max(1, len(series) - 1)
+    step = width / (CHART_MINUTES - 1)
     return " ".join(
         f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(series)
     )
