@@ -6,8 +6,9 @@ address from the line it prints once bound, and stops it with SIGTERM, which mus
 exit code 0. One plain dashboard serves the whole module; read-only, basic-auth and token
 dashboards are started by the tests that need them.
 
-The first test also saves the screenshots the docs show (``docs/images/dashboard-queue.png``
-and ``docs/images/dashboard-job.png``).
+The first test also takes the screenshots the docs show. They go to the test's temporary
+directory, or, with ``ECHOMQ_UPDATE_SCREENSHOTS=1``, over ``docs/images/dashboard-queue.png``
+and ``docs/images/dashboard-job.png`` (so a plain test run leaves the checkout as it was).
 
 Without Playwright or a Chromium the module is skipped, unless ``ECHOMQ_REQUIRE_BROWSER=1``
 (CI sets it), in which case its absence is an error.
@@ -48,7 +49,7 @@ else:
     HAVE_PLAYWRIGHT = True
 
 REPO = Path(__file__).resolve().parent.parent
-IMAGES = REPO / "docs" / "images"
+DOC_IMAGES = REPO / "docs" / "images"
 CHROMIUM = "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
 CHROMIUM = CHROMIUM or shutil.which("chromium")
 
@@ -248,8 +249,10 @@ async def csrf_cookie(page: Page) -> str:
 
 
 async def test_retry_a_failed_job_from_its_page(
-    redis: Redis, queue_name: str, dashboard: str, browsing: Browsing
+    redis: Redis, queue_name: str, dashboard: str, browsing: Browsing, tmp_path: Path
 ) -> None:
+    update = os.environ.get("ECHOMQ_UPDATE_SCREENSHOTS") == "1"
+    images = DOC_IMAGES if update else tmp_path
     name = f"orders-{queue_name[-4:]}"  # unique, and reads well in the screenshots
     seen: set[str] = set()
 
@@ -303,8 +306,8 @@ async def test_retry_a_failed_job_from_its_page(
         failed_row = page.locator(f'#jobs tr[data-job="{charge.id}"]')
         await expect(failed_row.locator("td.reason")).to_contain_text("card declined")
         await expect(page.locator("#jobs tbody tr")).to_have_count(2)
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(IMAGES / "dashboard-queue.png"), full_page=True)
+        images.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(images / "dashboard-queue.png"), full_page=True)
 
         await failed_row.get_by_role("link", name=str(charge.id)).click()
         await expect(page.locator("#job-id")).to_have_text(str(charge.id))
@@ -315,7 +318,8 @@ async def test_retry_a_failed_job_from_its_page(
         await expect(trace).to_contain_text("in process")
         await expect(trace).to_contain_text("RuntimeError: card declined")
         await expect(page.locator("#logs")).to_have_text("charging card ending 4242")
-        await page.screenshot(path=str(IMAGES / "dashboard-job.png"), full_page=True)
+        await page.screenshot(path=str(images / "dashboard-job.png"), full_page=True)
+        assert (images / "dashboard-job.png").stat().st_size > 10_000
 
         await page.get_by_role("button", name="Retry").click()
         await expect(page.locator("p.flash.ok")).to_have_text(f"job {charge.id} sent back to wait")
