@@ -476,3 +476,13 @@ async def test_the_queue_list_is_rescanned_every_few_seconds_or_on_demand(
         assert f'data-queue="{queue_name}-new"' in c.get("/?refresh").text
         # A queue's own page never waits for a scan.
         assert c.get(f"/queues/{queue_name}-new?state=waiting").status_code == 200
+
+
+async def test_a_huge_payload_is_cut_on_the_page(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    job = await echomq.add(queue_name, "big", {"blob": "x" * 300_000}, connection=redis)
+    with client(redis_url) as c:
+        page = c.get(f"/queues/{queue_name}/jobs/{job.id}")
+    assert page.status_code == 200 and len(page.text) < 150_000
+    assert "more characters not shown" in page.text

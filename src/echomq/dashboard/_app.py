@@ -20,6 +20,7 @@ so no path reaches another prefix); anything else is a 404, for reads and action
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -92,6 +93,10 @@ class Dashboard:
         """
         if not await queue_exists(self.client, self.prefix, name):
             raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
+        return self.found_queue(name)
+
+    def found_queue(self, name: str) -> Queue:
+        """The :class:`Queue` of a name :meth:`queue_names` found."""
         queue = self._queues.get(name)
         if queue is None:
             queue = self._queues[name] = Queue(name, connection=self.client, prefix=self.prefix)
@@ -190,7 +195,7 @@ def create_app(
     @page
     async def queues(request: Request) -> Response:
         names = await dash.queue_names(fresh="refresh" in request.query_params)
-        rows = [await views.summary(await dash.queue(n)) for n in names]
+        rows = await asyncio.gather(*(views.summary(dash.found_queue(n)) for n in names))
         return render(request, "queues.html", {"queues": rows})
 
     @page

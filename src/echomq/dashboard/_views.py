@@ -35,6 +35,8 @@ CHART_MINUTES = 60
 LOG_LINES = 200
 CHILDREN_PAGE = 50
 SCHEDULERS_SHOWN = 50
+#: The most characters of one JSON value (data, options, return value) a page shows.
+SHOWN_CHARS = 100_000
 
 
 @dataclass
@@ -177,9 +179,13 @@ def timeline(job: Job) -> list[tuple[str, datetime]]:
     return sorted(moments, key=lambda m: m[1])
 
 
-def pretty(value: Any) -> str:
-    """``value`` as indented JSON text (escaped later by the template)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+def pretty(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as indented JSON text (escaped later by the template), cut after ``limit``
+    characters so that a huge payload cannot make a page of megabytes."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    if len(text) > limit:
+        return f"{text[:limit]}\n… ({len(text) - limit:,} more characters not shown)"
+    return text
 
 
 def when(moment: datetime | None) -> str:
