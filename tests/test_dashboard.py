@@ -447,6 +447,13 @@ def test_cli_refuses_a_taken_port_and_bad_auth(redis_url: str) -> None:
             timeout=30,
         )
     assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    bad_queue = subprocess.run(
+        [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--queue", "a:b"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad_queue.returncode == 2 and "queue names without ':'" in bad_queue.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--auth", "x"],
         capture_output=True,
@@ -465,17 +472,45 @@ async def test_find_a_job_by_id(redis: Redis, redis_url: str, queue_name: str) -
         assert c.get(f"/queues/{queue_name}/find?id=nope").status_code == 404
 
 
-async def test_the_queue_list_is_rescanned_every_few_seconds_or_on_demand(
-    redis: Redis, redis_url: str, queue_name: str
+async def test_the_queue_list_is_rescanned_in_the_background_or_on_demand(
+    redis: Redis, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await echomq.add(queue_name, "x", {}, connection=redis)
+    new = f'data-queue="{queue_name}-new"'
     with client(redis_url) as c:
         assert f'data-queue="{queue_name}"' in c.get("/").text
         await echomq.add(f"{queue_name}-new", "x", {}, connection=redis)
-        assert f'data-queue="{queue_name}-new"' not in c.get("/").text  # the cached scan
-        assert f'data-queue="{queue_name}-new"' in c.get("/?refresh").text
+        assert new not in c.get("/").text  # the last scan, still fresh
+        assert new in c.get("/?refresh").text  # waits for a new scan
         # A queue's own page never waits for a scan.
         assert c.get(f"/queues/{queue_name}-new?state=waiting").status_code == 200
+        await echomq.add(f"{queue_name}-newer", "x", {}, connection=redis)
+        monkeypatch.setattr("echomq.dashboard._app.DISCOVERY_TTL", 0.0)
+        assert f'data-queue="{queue_name}-newer"' not in c.get("/").text  # stale, rescanning
+
+        def listed() -> bool:
+            return f'data-queue="{queue_name}-newer"' in c.get("/").text
+
+        await wait_for(listed, timeout=5, interval=0.1)
+
+
+async def test_a_fixed_list_of_queues_is_all_it_shows_and_touches(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    other = await echomq.add(f"{queue_name}-other", "x", {}, connection=redis)
+    empty = f"{queue_name}-empty"  # no key yet: a queue is a coordinate
+    with client(redis_url, queues=[empty, queue_name]) as c:
+        listing = c.get("/").text
+        assert f'data-queue="{empty}"' in listing and f'data-queue="{queue_name}"' in listing
+        assert f"{queue_name}-other" not in listing
+        assert c.get(f"/queues/{empty}?state=waiting").status_code == 200
+        assert c.get(f"/queues/{queue_name}-other/jobs/{other.id}").status_code == 404
+        added = post(c, f"/queues/{empty}/actions/add", name="first", data="{}")
+        assert added.status_code == 303
+    assert await echomq.get_job_counts(empty, "waiting", connection=redis) == {"waiting": 1}
+    for bad in (["a:b"], [""], "single"):
+        with pytest.raises(ValueError, match="queue names"):
+            create_app(connection=redis_url, queues=bad)
 
 
 async def test_a_huge_payload_is_cut_on_the_page(

@@ -36,7 +36,10 @@ async def find_queues(client: redis.asyncio.Redis, prefix: str) -> list[str]:
     """The names of the queues under ``prefix``, sorted, found with ``SCAN``."""
     head = f"{prefix}:"
     names: set[str] = set()
-    async for raw in client.scan_iter(match=glob_escape(head) + "*", count=1000):
+    # The character classes keep most job keys (numeric ids, ``:logs``, ``:lock``...) on the
+    # server: fewer replies to decode. The suffix is still checked exactly below.
+    pattern = glob_escape(head) + "*:[eimr][dev]*"
+    async for raw in client.scan_iter(match=pattern, count=2000):
         key = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         rest, sep, suffix = key[len(head) :].rpartition(":")
         if sep and rest and ":" not in rest and suffix in QUEUE_SUFFIXES:

@@ -46,6 +46,13 @@ def add_parser(
         "--read-only", action="store_true", help="hide and refuse every action (retry, remove...)"
     )
     parser.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        metavar="NAME",
+        help="show only this queue (repeat for more); default: every queue found with SCAN",
+    )
+    parser.add_argument(
         "--auth",
         metavar="USER:PASSWORD",
         default=os.environ.get(AUTH_ENV),
@@ -77,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             read_only=args.read_only,
             auth=args.auth,
             token=args.token,
+            queues=args.queues,
         )
     except ValueError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc

@@ -2,8 +2,8 @@
 
 Routes (all under wherever the app is mounted):
 
-- ``GET /``: the queues under the prefix (found with SCAN at most every 10 s; ``?refresh``
-  scans now).
+- ``GET /``: the queues under the prefix (found with SCAN, refreshed in the background when
+  older than 10 s; ``?refresh`` waits for a new scan), or the fixed list given.
 - ``GET /queues/{queue}?state=failed&page=2``: one state tab of a queue, with its
   schedulers and global limits.
 - ``GET /queues/{queue}/jobs/{job_id}``: one job; ``GET /queues/{queue}/find?id=...`` goes
@@ -24,8 +24,9 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -48,6 +49,8 @@ from ..queue import Queue, client_from_url
 from . import _views as views
 from ._security import CSRF_FIELD, Access, AuthMiddleware, check_post, csrf_token, remember_csrf
 
+logger = logging.getLogger("echomq.dashboard")
+
 HERE = Path(__file__).parent
 FLASH_COOKIE = "echomq_flash"
 #: Seconds a list of queues found with SCAN is reused before the next SCAN.
@@ -64,7 +67,13 @@ class NotFound(Exception):
 class Dashboard:
     """The state of one dashboard app: its client, prefix, access rules and caches."""
 
-    def __init__(self, connection: redis.asyncio.Redis | str, prefix: str, access: Access) -> None:
+    def __init__(
+        self,
+        connection: redis.asyncio.Redis | str,
+        prefix: str,
+        access: Access,
+        queues: Sequence[str] | None = None,
+    ) -> None:
         if isinstance(connection, str):
             self.client = client_from_url(connection)
             self.owns_client = True
@@ -73,17 +82,40 @@ class Dashboard:
             self.owns_client = False
         self.prefix = prefix
         self.access = access
+        self.fixed = None if queues is None else sorted(set(queues))
         self._names: list[str] = []
-        self._found_at = -DISCOVERY_TTL
+        self._found_at: float | None = None
+        self._rescan: asyncio.Task[None] | None = None
         self._queues: dict[str, Queue] = {}
 
     async def queue_names(self, fresh: bool = False) -> list[str]:
-        """The queues under the prefix (SCAN, reused for :data:`DISCOVERY_TTL` seconds)."""
-        now = time.monotonic()
-        if fresh or now - self._found_at >= DISCOVERY_TTL:
-            self._names = await find_queues(self.client, self.prefix)
-            self._found_at = now
+        """The queues to list: the fixed list when one was given, else those found with SCAN.
+
+        The first call scans; later calls answer the last scan at once and, when it is older
+        than :data:`DISCOVERY_TTL`, start one scan in the background (a scan walks every key
+        under the prefix: seconds with millions of jobs, which no request should wait for).
+        ``fresh`` waits for a new scan.
+        """
+        if self.fixed is not None:
+            return self.fixed
+        if fresh or self._found_at is None:
+            await self._scan()
+        elif time.monotonic() - self._found_at >= DISCOVERY_TTL and self._rescan is None:
+            self._rescan = asyncio.create_task(self._scan_in_background())
         return self._names
+
+    async def _scan(self) -> None:
+        started = time.monotonic()
+        self._names = await find_queues(self.client, self.prefix)
+        self._found_at = started
+
+    async def _scan_in_background(self) -> None:
+        try:
+            await self._scan()
+        except (redis.exceptions.RedisError, OSError):
+            logger.warning("queue discovery failed; the last list stays", exc_info=True)
+        finally:
+            self._rescan = None
 
     async def queue(self, name: str) -> Queue:
         """The :class:`Queue` named ``name`` under the prefix.
@@ -91,7 +123,11 @@ class Dashboard:
         Raises:
             NotFound: ``name`` is not a queue found under the prefix.
         """
-        if not await queue_exists(self.client, self.prefix, name):
+        if self.fixed is not None:
+            known = name in self.fixed
+        else:
+            known = await queue_exists(self.client, self.prefix, name)
+        if not known:
             raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
         return self.found_queue(name)
 
@@ -115,6 +151,10 @@ class Dashboard:
 
     async def aclose(self) -> None:
         """Close the queues' connections, and the client when the app made it."""
+        if self._rescan is not None:
+            self._rescan.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rescan
         for queue in self._queues.values():
             await queue.aclose()
         self._queues.clear()
@@ -129,6 +169,7 @@ def create_app(
     read_only: bool = False,
     auth: str | None = None,
     token: str | None = None,
+    queues: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app.
 
@@ -144,12 +185,20 @@ def create_app(
         auth: ``"user:password"`` for HTTP basic authentication.
         token: a bearer token (``Authorization: Bearer ...``, or ``?token=`` once in a
             browser, which keeps it in a cookie). With ``auth`` too, either one is enough.
+        queues: show and act on these queues only, and never scan for others. None (the
+            default): every queue found under the prefix with ``SCAN`` (see
+            docs/operations.md, "Queue discovery").
 
     Raises:
-        ValueError: ``auth`` is not ``user:password``, or ``token`` is empty.
+        ValueError: ``auth`` is not ``user:password``, ``token`` is empty, or ``queues``
+            holds something that is not a queue name.
     """
     access = Access.build(read_only, auth, token)
-    dash = Dashboard(connection, prefix, access)
+    if queues is not None:
+        bad = [q for q in queues if not isinstance(q, str) or not q or ":" in q]
+        if bad or isinstance(queues, str):
+            raise ValueError(f"queues must be a list of queue names without ':'; got {queues!r}")
+    dash = Dashboard(connection, prefix, access, queues)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
     )
@@ -193,7 +242,7 @@ def create_app(
         return wrapped
 
     @page
-    async def queues(request: Request) -> Response:
+    async def queue_list(request: Request) -> Response:
         names = await dash.queue_names(fresh="refresh" in request.query_params)
         rows = await asyncio.gather(*(views.summary(dash.found_queue(n)) for n in names))
         return render(request, "queues.html", {"queues": rows})
@@ -252,7 +301,7 @@ def create_app(
             await dash.aclose()
 
     routes = [
-        Route("/", queues, name="queues"),
+        Route("/", queue_list, name="queues"),
         Route("/queues/{queue}", queue_view, name="queue"),
         Route(
             "/queues/{queue}/jobs/{job_id:path}/actions/{action}",
