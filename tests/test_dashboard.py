@@ -521,3 +521,18 @@ async def test_a_huge_payload_is_cut_on_the_page(
         page = c.get(f"/queues/{queue_name}/jobs/{job.id}")
     assert page.status_code == 200 and len(page.text) < 150_000
     assert "more characters not shown" in page.text
+
+
+async def test_job_ids_with_url_characters_link_to_their_page(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    job = await echomq.add(queue_name, "x", {}, connection=redis, job_id="a b#c?d%e")
+    with client(redis_url) as c:
+        listing = c.get(f"/queues/{queue_name}?state=waiting").text
+        href = f"/queues/{queue_name}/jobs/a%20b%23c%3Fd%25e"
+        assert f'href="{href}"' in listing
+        page = c.get(href)
+        assert page.status_code == 200 and 'id="job-id">a b#c?d%e<' in page.text
+        removed = post(c, f"{href}/actions/remove")
+        assert removed.status_code == 303
+    assert await echomq.get_job(queue_name, job.id, connection=redis) is None

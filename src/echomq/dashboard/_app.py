@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import jinja2
 import redis.asyncio
@@ -271,7 +271,7 @@ def create_app(
         if not job_id:
             raise NotFound("give a job id")
         job = await dash.job(queue, job_id)
-        return RedirectResponse(request.url_for("job", queue=queue.name, job_id=job.id).path, 303)
+        return RedirectResponse(path_of(request, "job", queue=queue.name, job_id=job.id), 303)
 
     async def queue_action(request: Request) -> Response:
         return await _act(request, dash, _QUEUE_ACTIONS)
@@ -324,11 +324,17 @@ def create_app(
     return app
 
 
+def path_of(request: Request, name: str, /, **params: Any) -> str:
+    """The path of a route under the mount point, its parameters percent-encoded (a job id
+    may hold ``?``, ``#`` or spaces). No scheme or host: right behind any proxy."""
+    quoted = {k: quote(str(v), safe="/") for k, v in params.items()}
+    return str(request.url_for(name, **quoted).path)
+
+
 @jinja2.pass_context
 def _path_for(context: Mapping[str, Any], name: str, /, **params: Any) -> str:
-    """The path (no scheme or host: right behind any proxy) of a route, under the mount point."""
-    request: Request = context["request"]
-    return str(request.url_for(name, **params).path)
+    """:func:`path_of` for templates."""
+    return path_of(context["request"], name, **params)
 
 
 def _write_flash(kind: str, message: str) -> str:
@@ -495,4 +501,4 @@ def _back(request: Request, form: dict[str, str]) -> str:
     target = form.get("next", "")
     if target.startswith(root + "/") and not target.startswith("//") and "\\" not in target:
         return target
-    return str(request.url_for("queue", queue=request.path_params["queue"]).path)
+    return path_of(request, "queue", queue=request.path_params["queue"])

@@ -143,14 +143,17 @@ def _cookie_path(request: Request) -> str:
 def csrf_token(request: Request) -> str:
     """The CSRF token of this browser (made on its first page)."""
     token = request.cookies.get(CSRF_COOKIE)
-    if not token or len(token) < 32:
-        token = request.state.__dict__.setdefault("new_csrf", secrets.token_urlsafe(32))
-    return token
+    if token and len(token) >= 32:
+        return token
+    new: str | None = getattr(request.state, "new_csrf", None)
+    if new is None:
+        new = request.state.new_csrf = secrets.token_urlsafe(32)
+    return new
 
 
 def remember_csrf(request: Request, response: Response) -> None:
     """Set the CSRF cookie on ``response`` when this request made a new token."""
-    new = request.state.__dict__.get("new_csrf")
+    new = getattr(request.state, "new_csrf", None)
     if new:
         response.set_cookie(
             CSRF_COOKIE, new, httponly=True, samesite="strict", path=_cookie_path(request)
