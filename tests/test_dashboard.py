@@ -536,3 +536,20 @@ async def test_job_ids_with_url_characters_link_to_their_page(
         removed = post(c, f"{href}/actions/remove")
         assert removed.status_code == 303
     assert await echomq.get_job(queue_name, job.id, connection=redis) is None
+
+
+async def test_a_queue_that_cannot_be_read_gets_a_row_not_a_broken_page(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "x", {}, connection=redis)
+    broken = f"{queue_name}-broken"
+    await echomq.add(broken, "x", {}, connection=redis)
+    await redis.delete(f"bull:{broken}:wait")
+    await redis.set(f"bull:{broken}:wait", "not a list")  # LLEN answers WRONGTYPE
+    with client(redis_url) as c:
+        page = c.get("/?refresh")
+    assert page.status_code == 200
+    good = re.search(rf'<tr data-queue="{queue_name}">(.*?)</tr>', page.text, re.S)
+    bad = re.search(rf'<tr data-queue="{broken}">(.*?)</tr>', page.text, re.S)
+    assert good and 'class="count waiting">1<' in good.group(1)
+    assert bad and "cannot be read" in bad.group(1) and "WRONGTYPE" in bad.group(1)

@@ -129,10 +129,6 @@ class Dashboard:
             known = await queue_exists(self.client, self.prefix, name)
         if not known:
             raise NotFound(f"no queue {name!r} under prefix {self.prefix!r}")
-        return self.found_queue(name)
-
-    def found_queue(self, name: str) -> Queue:
-        """The :class:`Queue` of a name :meth:`queue_names` found."""
         queue = self._queues.get(name)
         if queue is None:
             queue = self._queues[name] = Queue(name, connection=self.client, prefix=self.prefix)
@@ -244,7 +240,7 @@ def create_app(
     @page
     async def queue_list(request: Request) -> Response:
         names = await dash.queue_names(fresh="refresh" in request.query_params)
-        rows = await asyncio.gather(*(views.summary(dash.found_queue(n)) for n in names))
+        rows = await views.summaries(dash.client, dash.prefix, names)
         return render(request, "queues.html", {"queues": rows})
 
     @page
@@ -254,7 +250,7 @@ def create_app(
         if state not in views.STATES:
             raise NotFound(f"no state {state!r}; one of {', '.join(views.STATES)}")
         number = _int(request.query_params.get("page"), 1)
-        data = await views.queue_page(queue, state, number)
+        data = await views.queue_page(queue, dash.client, state, number)
         return render(request, "queue.html", {"q": data, "queue": queue.name})
 
     @page

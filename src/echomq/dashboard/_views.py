@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import redis.asyncio
+import redis.exceptions
+
+from .. import queue as api
 from .._job import Job
+from ..errors import EchoMQError
 from ..ops.flows import DependencyPage
 from ..queue import Queue
 
@@ -30,6 +35,8 @@ STATES: tuple[str, ...] = (
     "failed",
 )
 PAGE_SIZE = 25
+#: Queues the queue list reads at once.
+LIST_READS = 8
 #: Minutes of completed/failed counts the charts show.
 CHART_MINUTES = 60
 LOG_LINES = 200
@@ -49,6 +56,7 @@ class QueueSummary:
     workers: int
     completed_per_minute: list[int]
     failed_per_minute: list[int]
+    error: str | None = None
 
 
 @dataclass
@@ -103,23 +111,40 @@ def link(key: str, prefix: str) -> JobLink:
     return JobLink(key)
 
 
-async def summary(queue: Queue) -> QueueSummary:
-    """The queue-list row of ``queue`` (five reads, sent together)."""
+async def summary(client: redis.asyncio.Redis, prefix: str, name: str) -> QueueSummary:
+    """The queue-list row of queue ``name`` (five reads, sent together over ``client``)."""
+    where: dict[str, Any] = {"connection": client, "prefix": prefix}
     counts, paused, workers, done, failed = await asyncio.gather(
-        queue.get_job_counts(*STATES),
-        queue.is_paused(),
-        queue.get_workers(),
-        queue.get_metrics("completed", 0, CHART_MINUTES - 1),
-        queue.get_metrics("failed", 0, CHART_MINUTES - 1),
+        api.get_job_counts(name, *STATES, **where),
+        api.is_paused(name, **where),
+        api.get_workers(name, **where),
+        api.get_metrics(name, "completed", 0, CHART_MINUTES - 1, **where),
+        api.get_metrics(name, "failed", 0, CHART_MINUTES - 1, **where),
     )
-    return QueueSummary(
-        queue.name, counts, paused, len(workers), list(done.data), list(failed.data)
-    )
+    return QueueSummary(name, counts, paused, len(workers), list(done.data), list(failed.data))
 
 
-async def queue_page(queue: Queue, state: str, page: int) -> QueuePage:
+async def summaries(
+    client: redis.asyncio.Redis, prefix: str, names: list[str]
+) -> list[QueueSummary]:
+    """The rows of the queue list: at most :data:`LIST_READS` queues read at once, and a queue
+    that cannot be read (a key of the wrong type, say) gets a row saying why instead of
+    failing the page."""
+    gate = asyncio.Semaphore(LIST_READS)
+
+    async def row(name: str) -> QueueSummary:
+        async with gate:
+            try:
+                return await summary(client, prefix, name)
+            except (redis.exceptions.ResponseError, EchoMQError) as exc:
+                return QueueSummary(name, {}, False, 0, [], [], error=str(exc))
+
+    return list(await asyncio.gather(*(row(n) for n in names)))
+
+
+async def queue_page(queue: Queue, client: redis.asyncio.Redis, state: str, page: int) -> QueuePage:
     """One page of the ``state`` tab of ``queue``, with its schedulers and limits."""
-    head = await summary(queue)
+    head = await summary(client, queue.prefix, queue.name)
     total = head.counts.get(state, 0)
     pages = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), pages)
