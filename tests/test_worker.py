@@ -111,6 +111,37 @@ async def test_concurrency_without_a_connection_per_slot(redis: Redis, queue_nam
     assert peak == 10
 
 
+async def test_two_finish_calls_in_flight_each_with_half_the_slots(
+    redis: Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While Redis records one batch, the worker runs the jobs the other call returned."""
+    await echomq.add_bulk(queue_name, [("c", {"i": i}) for i in range(400)], connection=redis)
+    flying = peak = biggest = 0
+    call = Worker._call
+
+    async def counted(self: Worker, items: list[Any], fetch: int, outages: Any = None) -> Any:
+        nonlocal flying, peak, biggest
+        flying += 1
+        peak, biggest = max(peak, flying), max(biggest, len(items))
+        try:
+            return await call(self, items, fetch, outages)
+        finally:
+            flying -= 1
+
+    monkeypatch.setattr(Worker, "_call", counted)
+    seen: list[int] = []
+
+    async def quick(job: Job) -> int:
+        seen.append(job.data["i"])
+        return 1
+
+    async with Worker(queue_name, quick, connection=redis, concurrency=20, **FAST):
+        await finished(redis, queue_name, 400)
+    assert peak == 2  # never more
+    assert 0 < biggest <= 10  # half of concurrency=20
+    assert sorted(seen) == list(range(400))  # each job once
+
+
 async def test_order_priority_then_fifo_and_lifo(redis: Redis, queue_name: str) -> None:
     q = echomq.Queue(queue_name, connection=redis)
     await q.add("a", 1)

@@ -3,7 +3,9 @@
 A worker pulls jobs off a queue's keys with one atomic script call at a time, runs up to
 ``concurrency`` processors at once, and records each outcome. Outcomes that arrive while a
 call is in flight are recorded together in the next call, which also takes the next jobs, so a
-busy worker needs about one script call per batch of jobs instead of two per job. Idle, it
+busy worker needs about one script call per batch of jobs instead of two per job; two such calls
+are in flight at once, each with half the slots, so the worker runs one half's jobs while Redis
+records the other's. Idle, it
 blocks on the marker key. Constructing a Worker does nothing; ``run()`` or ``async with``
 starts it, ``close()`` stops it in two phases (stop fetching, wait a grace period, cancel and
 hand back); ``_lifecycle`` holds the states and what each allows. Outcomes that meet a busy,
@@ -80,6 +82,9 @@ MAX_RATE_LIMIT_DELAY = 30.0
 #: Seconds ``close()`` keeps trying, after the grace period, to record outcomes and hand jobs
 #: back through a busy or unreachable Redis (the CLI's own stop deadline is 15 s later).
 FINISH_DEADLINE = 10.0
+#: Finish calls a worker keeps in flight at once, each with its share of the outcomes: while
+#: Redis runs one, the worker runs the jobs another returned.
+FINISH_CALLS_IN_FLIGHT = 2
 
 
 @dataclass(slots=True)
@@ -177,12 +182,12 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._flush_owner: asyncio.Task[Any] | None = None  # a job task recording outcomes
         self._close_deadline: float | None = None
         self._handing_back: dict[str, asyncio.Task[None]] = {}  # token -> hand-back task
-        # The batch of outcomes in a finish call in flight (flushes hold the flush lock, so
-        # there is at most one).
-        self._recording: list[_Finished] = []
+        # The batches of outcomes in finish calls in flight (at most FINISH_CALLS_IN_FLIGHT),
+        # by id of the batch list.
+        self._recording: dict[int, list[_Finished]] = {}
+        self._in_flight = 0  # finish calls in flight (from the finisher or a job task)
         self._wake: asyncio.Event | None = None
         self._flush: asyncio.Event | None = None
-        self._flush_lock: asyncio.Lock | None = None
         self._cut_grace: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._waiter: MarkerWaiter | None = None
@@ -244,7 +249,6 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._life.move(WorkerState.RUNNING)
         self._wake = asyncio.Event()
         self._flush = asyncio.Event()
-        self._flush_lock = asyncio.Lock()
         self._cut_grace = asyncio.Event()
         self._stopped = asyncio.Event()
         opts = self.options
@@ -486,7 +490,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
 
     async def _hand_back_held(self) -> None:
         """Hand back every job still held whose outcome is not waiting to be recorded."""
-        pending = {f.token for f in (*self._pending, *self._recording)}
+        recording = [f for batch in self._recording.values() for f in batch]
+        pending = {f.token for f in (*self._pending, *recording)}
         for token, job_id in list(self._held.items()):
             if token not in pending:
                 self._spawn_hand_back(job_id, token, "the worker closed before it finished")
@@ -720,7 +725,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         """Run a job; then, when it was the only one running and no finish call is in flight,
         record its outcome and take the next job in this same task (one script call and no
         task switch per job); otherwise the finisher records it with the next batch."""
-        assert self._flush is not None and self._flush_lock is not None
+        assert self._flush is not None
         task = asyncio.current_task()
         while job is not None:
             token = job._token or ""
@@ -761,17 +766,28 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
                 self._wake_fetcher()
                 return
             self._pending.append(_Finished(job, token, outcome, started))
-            if self._running or self._flush_lock.locked() or not self._life.may_fetch():
+            if self._running or self._in_flight or not self._life.may_fetch():
                 # other jobs are running (their outcomes will share the next call), or a call
                 # is in flight: the finisher records the batch
                 self._flush.set()
                 return
-            async with self._flush_lock:
-                self._flush_owner = task
-                try:
-                    job = await self._flush_pending(keep_one=True)
-                finally:
-                    self._flush_owner = None
+            self._in_flight += 1
+            self._flush_owner = task
+            try:
+                job = await self._flush_pending(keep_one=True)
+            finally:
+                self._flush_owner = None
+                self._in_flight -= 1
+                if self._pending:
+                    self._flush.set()
+
+    @functools.cached_property
+    def _batch_size(self) -> int:
+        """The most outcomes one finish call records: a share of ``concurrency`` (see
+        :meth:`_finish_loop`), or one without ``batch_finish``."""
+        if not self.options.batch_finish:
+            return 1
+        return max(1, -(-self.options.concurrency // FINISH_CALLS_IN_FLIGHT))
 
     def _new_run(self, job: Job) -> RunState:
         hooks = self._hooks
@@ -808,23 +824,52 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             self._wake.set()
 
     async def _finish_loop(self) -> None:
-        assert self._flush is not None and self._flush_lock is not None
-        while True:
-            await self._flush.wait()
-            self._flush.clear()
-            async with self._flush_lock:
-                await self._flush_pending()
-            if not self._life.may_fetch() and not self._running and not self._pending:
-                return
+        """Record pending outcomes, with up to :data:`FINISH_CALLS_IN_FLIGHT` calls at once.
+
+        A call carries at most a share of ``concurrency`` outcomes, so that while Redis runs
+        one batch the worker runs the jobs the other call returned: the worker and Redis work
+        at the same time instead of taking turns.
+        """
+        assert self._flush is not None
+        flights: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self._flush.wait()
+                self._flush.clear()
+                while self._pending and self._in_flight < FINISH_CALLS_IN_FLIGHT:
+                    self._in_flight += 1
+                    flight = asyncio.create_task(self._flight(), name=f"echomq-finish-{self.name}")
+                    flights.add(flight)
+                    flight.add_done_callback(flights.discard)
+                idle = not self._running and not self._pending and not self._in_flight
+                if not self._life.may_fetch() and idle:
+                    return
+        finally:
+            await stop_tasks(list(flights))
+
+    async def _flight(self) -> None:
+        """One finish call of the finisher (the flight slot is taken by the caller)."""
+        assert self._flush is not None
+        try:
+            await self._flush_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never die silently
+            logger.exception("finish loop error (%s)", exc)
+            self._hooks.emit("error", exc)
+            await asyncio.sleep(0.1)
+        finally:
+            self._in_flight -= 1
+            self._flush.set()  # more may be pending, or the worker may be closing
 
     async def _flush_once(self, *, keep_one: bool = False) -> Job | None:
-        batch, self._pending = self._pending, []
-        if not self.options.batch_finish and len(batch) > 1:
-            batch, self._pending = batch[:1], batch[1:] + self._pending
-        fetch = max(self._free_slots(for_finisher=True), 0)
+        size = self._batch_size
+        batch, self._pending = self._pending[:size], self._pending[size:]
+        # The slots of outcomes still pending belong to the call that will record them.
+        fetch = max(self._free_slots(for_finisher=True) - len(self._pending), 0)
         items = [f.outcome.item for f in batch if f.outcome.item is not None]
         outages: list[OutageLog] = []
-        self._recording = batch
+        self._recording[id(batch)] = batch
         try:
             reply = await self._call(items, fetch, outages)
         except ResponseError as exc:
@@ -832,7 +877,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             self._wake_fetcher()
             return None
         finally:
-            self._recording = []
+            del self._recording[id(batch)]
         log = outages[0] if outages else None
         if reply is None:  # closing, and Redis stayed unavailable past the deadline
             for finished in batch:
