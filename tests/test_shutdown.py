@@ -70,6 +70,35 @@ async def test_result_arriving_within_the_grace_is_recorded(redis: Redis, queue_
     assert await redis.hget(f"bull:{queue_name}:{job.id}", "returnvalue") == b'"kept"'
 
 
+async def test_close_while_a_job_records_its_own_outcome_returns_promptly(
+    redis: Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last job's finish call, made from its own task, is in flight when close() starts:
+    close() records it and returns, without waiting out the finish deadline."""
+    job = await echomq.add(queue_name, "only", {}, connection=redis)
+    in_call, release = asyncio.Event(), asyncio.Event()
+    call = Worker._call
+
+    async def held(self: Worker, items: list[Any], fetch: int, outages: Any = None) -> Any:
+        if items:  # the outcome of the only job, recorded by its own task
+            in_call.set()
+            await release.wait()
+        return await call(self, items, fetch, outages)
+
+    monkeypatch.setattr(Worker, "_call", held)
+    worker = Worker(queue_name, lambda j: "done", connection=redis, **FAST)
+    runner = asyncio.create_task(worker.run())
+    await asyncio.wait_for(in_call.wait(), 5)
+    closing = asyncio.create_task(worker.close())
+    await asyncio.sleep(0.2)
+    release.set()
+    started = time.monotonic()
+    await asyncio.wait_for(closing, 5)
+    assert time.monotonic() - started < 3
+    await runner
+    assert await _is(redis, queue_name, job.id, "completed")
+
+
 async def test_sync_thread_past_the_grace_is_told_and_reported(
     redis: Redis, queue_name: str
 ) -> None:

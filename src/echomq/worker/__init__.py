@@ -778,7 +778,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             finally:
                 self._flush_owner = None
                 self._in_flight -= 1
-                if self._pending:
+                if self._pending or not self._life.may_fetch():
+                    # more to record, or a closing finisher waits for no call in flight
                     self._flush.set()
 
     @functools.cached_property
