@@ -180,6 +180,11 @@ MAXMEMORY = 64 * 1024 * 1024
 
 
 async def fill_redis(run: Run) -> float:
+    # Adds go on through the fault (and are retried until acknowledged): a client always meets
+    # the OOM, whatever the workers were doing then. A worker's finish call may not: Redis
+    # refuses a script only when its first write may grow memory, and a finish starts by
+    # removing the job from `active`.
+    run.producer.stream(20, lambda i: {"ms": JOB_MS}, every=0.1)
     # Ballast keys until even a small write is refused. Redis counts a command's own
     # arguments when it decides, so big keys stop short of the limit: go on with smaller ones.
     ballast: list[str] = []
