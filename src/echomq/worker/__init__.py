@@ -805,20 +805,26 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             self._hooks.emit("failed", job, outcome.error)
 
     async def _flush_pending(self, *, keep_one: bool = False) -> Job | None:
-        """Record every pending outcome (the lock is held); returns a job kept for the caller."""
+        """Record every pending outcome, call after call (a job task's own flush, its flight
+        slot taken by the caller); returns a job kept for the caller."""
         kept: Job | None = None
         while self._pending:
-            try:
-                job = await self._flush_once(keep_one=keep_one and kept is None)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # never die silently
-                logger.exception("finish loop error (%s)", exc)
-                self._hooks.emit("error", exc)
-                await asyncio.sleep(0.1)
-                continue
+            job = await self._flush_guarded(keep_one=keep_one and kept is None)
             kept = kept or job
         return kept
+
+    async def _flush_guarded(self, *, keep_one: bool = False) -> Job | None:
+        """:meth:`_flush_once`, logging (and pausing after) an unexpected error: the finisher
+        must never die silently."""
+        try:
+            return await self._flush_once(keep_one=keep_one)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("finish loop error (%s)", exc)
+            self._hooks.emit("error", exc)
+            await asyncio.sleep(0.1)
+            return None
 
     def _wake_fetcher(self) -> None:
         if self._wake is not None:
@@ -852,13 +858,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         """One finish call of the finisher (the flight slot is taken by the caller)."""
         assert self._flush is not None
         try:
-            await self._flush_once()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # never die silently
-            logger.exception("finish loop error (%s)", exc)
-            self._hooks.emit("error", exc)
-            await asyncio.sleep(0.1)
+            await self._flush_guarded()
         finally:
             self._in_flight -= 1
             self._flush.set()  # more may be pending, or the worker may be closing
