@@ -112,7 +112,7 @@ class Dashboard:
     async def _scan_in_background(self) -> None:
         try:
             await self._scan()
-        except (redis.exceptions.RedisError, OSError):
+        except (redis.exceptions.RedisError, OSError, EchoMQError):
             logger.warning("queue discovery failed; the last list stays", exc_info=True)
         finally:
             self._rescan = None
