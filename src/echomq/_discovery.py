@@ -20,7 +20,8 @@ from collections.abc import Mapping
 import redis.asyncio
 
 from .ops import prometheus as prom
-from .queue import Queue
+from .ops import run_plan
+from .protocol.keys import queue_keys
 
 #: Key suffixes that name a queue (``<prefix>:<queue>:<suffix>``).
 QUEUE_SUFFIXES = ("meta", "id", "events", "repeat")
@@ -60,9 +61,10 @@ async def prometheus_text(
     prefix: str,
     global_labels: Mapping[str, str] | None = None,
 ) -> str:
-    """The Prometheus exposition text of every queue under ``prefix``, each family once."""
-    samples = []
-    for name in await find_queues(client, prefix):
-        async with Queue(name, connection=client, prefix=prefix) as q:
-            samples.append(await q._prometheus_sample())
+    """The Prometheus exposition text of every queue under ``prefix``, each family once, read
+    over ``client`` (its connection pool: no connection of its own per queue)."""
+    samples = [
+        await run_plan(client, prom.sample_plan(queue_keys(name, prefix)))
+        for name in await find_queues(client, prefix)
+    ]
     return prom.render(samples, global_labels)

@@ -267,11 +267,9 @@ class Queue:
         return prom.render([await self._prometheus_sample()], global_labels)
 
     async def _prometheus_sample(self) -> prom.QueueSample:
-        """What the Prometheus export reads of this queue (also used by ``echomq metrics``)."""
-        counts = await self.get_job_counts(*prom.COUNT_STATES)
-        completed = await self.get_metrics("completed", 0, 0)
-        failed = await self.get_metrics("failed", 0, 0)
-        return prom.QueueSample(self.name, counts, completed.meta.count, failed.meta.count)
+        """What the Prometheus export reads of this queue (the plan ``echomq metrics`` and the
+        dashboard also run for every queue)."""
+        return await self._conn.run_plan(prom.sample_plan(self._keys))
 
     async def is_paused(self) -> bool:
         """Whether the queue is globally paused."""

@@ -11,7 +11,7 @@ Three families, each sample labelled ``queue`` (and the caller's global labels, 
 The text parses (``prometheus_client.parser``) to the same families, samples, labels and values
 as Node's. Unlike Node's it ends with a newline, and :func:`render` merges many queues into one
 family each, so a scrape of every queue under a prefix stays valid exposition text.
-This module is I/O-free: the caller reads the counts.
+This module is I/O-free: :func:`sample_plan` says what to read, and the caller runs it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import InvalidOptionError
-from .jobs import DEFAULT_COUNT_TYPES
+from ..protocol.keys import QueueKeys
+from ._base import Plan
+from .jobs import DEFAULT_COUNT_TYPES, get_counts, get_metrics
 
 #: The states of ``bullmq_job_count`` (Node v6's default ``getJobCounts()`` states).
 COUNT_STATES: tuple[str, ...] = DEFAULT_COUNT_TYPES
@@ -45,6 +47,14 @@ class QueueSample:
     counts: Mapping[str, int]
     completed: int
     failed: int
+
+
+def sample_plan(keys: QueueKeys) -> Plan[QueueSample]:
+    """Read what the export needs of one queue: its counts and both metrics' running counts."""
+    counts = yield get_counts(keys, COUNT_STATES)
+    completed = yield get_metrics(keys, "completed", 0, 0)
+    failed = yield get_metrics(keys, "failed", 0, 0)
+    return QueueSample(keys.name, counts, completed.meta.count, failed.meta.count)
 
 
 def escape_label_value(value: object) -> str:

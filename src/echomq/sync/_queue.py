@@ -267,11 +267,9 @@ class Queue:
         return prom.render([self._prometheus_sample()], global_labels)
 
     def _prometheus_sample(self) -> prom.QueueSample:
-        """What the Prometheus export reads of this queue (also used by ``echomq metrics``)."""
-        counts = self.get_job_counts(*prom.COUNT_STATES)
-        completed = self.get_metrics("completed", 0, 0)
-        failed = self.get_metrics("failed", 0, 0)
-        return prom.QueueSample(self.name, counts, completed.meta.count, failed.meta.count)
+        """What the Prometheus export reads of this queue (the plan ``echomq metrics`` and the
+        dashboard also run for every queue)."""
+        return self._conn.run_plan(prom.sample_plan(self._keys))
 
     def is_paused(self) -> bool:
         """Whether the queue is globally paused."""
