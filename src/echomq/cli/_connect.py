@@ -64,6 +64,14 @@ def connection_options() -> argparse.ArgumentParser:
     return parent
 
 
+def listen_options(parser: argparse.ArgumentParser, default_port: int) -> None:
+    """``--host`` and ``--port`` of a command that serves HTTP (loopback unless told otherwise)."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=default_port, help=f"port (default: {default_port}; 0: any)"
+    )
+
+
 def fill_defaults(args: argparse.Namespace) -> None:
     """Give ``args`` the default of every connection option no level of the command line set."""
     for name, default in DEFAULTS.items():

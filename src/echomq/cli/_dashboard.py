@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from ._connect import resolve
+from ._connect import listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 DEFAULT_PORT = 8765
@@ -38,10 +38,7 @@ def add_parser(
         description="Serve the web dashboard (queues, jobs, actions, /metrics) for the queues "
         "under --prefix. Stops on SIGTERM or SIGINT.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any)"
-    )
+    listen_options(parser, DEFAULT_PORT)
     parser.add_argument(
         "--read-only", action="store_true", help="hide and refuse every action (retry, remove...)"
     )

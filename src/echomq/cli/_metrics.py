@@ -24,7 +24,7 @@ import redis.exceptions
 
 from .._discovery import prometheus_text
 from ..queue import client_from_url
-from ._connect import resolve
+from ._connect import listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 logger = logging.getLogger("echomq.cli")
@@ -45,10 +45,7 @@ def add_parser(
         description="Serve /metrics (Prometheus text, BullMQ's metric names) for every queue "
         "under --prefix, found with SCAN at each scrape. Stops on SIGTERM or SIGINT.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})"
-    )
+    listen_options(parser, DEFAULT_PORT)
     parser.set_defaults(handler=run)
 
 
