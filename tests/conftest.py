@@ -11,6 +11,8 @@ Fixtures:
     queue_name (function): a queue name unique to the test.
     fresh_server (function): factory of private AOF servers for restart and crash tests.
     redis_cluster (session): startup node URLs of a 3-master Redis Cluster.
+    exporter / provider (function): an OpenTelemetry SDK in-memory span exporter, and a
+        ``TracerProvider`` that sends every span to it (shut down after the test).
 
 Helpers for tests live in ``tests/helpers.py`` (``from helpers import snapshot, wait_for``).
 """
@@ -22,7 +24,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 import pytest
@@ -31,6 +33,10 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis as AsyncRedis
 
 from echomq.embedded import EmbeddedRedisError, RedisServer, find_redis_server
+
+if TYPE_CHECKING:  # the SDK is imported by the fixtures that use it, not by every test
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 CLUSTER_SIZE = 3
 CLUSTER_TIMEOUT = 30.0
@@ -187,3 +193,23 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str
     finally:
         for node in nodes:
             node.stop()
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    """An OpenTelemetry SDK span exporter that keeps spans in memory."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    """A ``TracerProvider`` sending every span to ``exporter`` as it ends."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider
+    provider.shutdown()

@@ -14,11 +14,15 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
 import redis.asyncio
 import redis.cluster
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 T = TypeVar("T")
 
@@ -166,3 +170,8 @@ def close_sync_cluster(cluster: redis.cluster.RedisCluster) -> None:
     for node in nodes:
         if node.redis_connection is not None:
             node.redis_connection.connection_pool.disconnect()
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    """The finished spans called ``name`` that ``exporter`` holds, oldest first."""
+    return [s for s in exporter.get_finished_spans() if s.name == name]

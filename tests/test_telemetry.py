@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from redis import Redis as SyncRedis
@@ -22,26 +20,9 @@ import echomq
 from echomq import Job, JobOptions, JobTelemetry, Queue, Worker
 from echomq.errors import InvalidOptionError
 from echomq.telemetry import Telemetry
-from helpers import wait_for
+from helpers import spans_named, wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider
-    provider.shutdown()
-
-
-def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
 async def opts_of(redis: Redis, queue: str, job_id: str) -> dict[str, Any]:

@@ -5,37 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nodepeer
-import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 
 from echomq import Job, Queue, Worker
-from helpers import wait_for
+from helpers import spans_named, wait_for
 
 SCRIPT = Path(__file__).resolve().parent / "node" / "otel.mjs"
 #: BullMQ's SpanKind numbers (those of @opentelemetry/api).
 NODE_PRODUCER, NODE_CONSUMER = 3, 4
-
-
-@pytest.fixture
-def exporter() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider
-    provider.shutdown()
 
 
 async def node_otel(command: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -57,10 +41,6 @@ async def node_otel(command: str, args: dict[str, Any]) -> dict[str, Any]:
     assert envelope["ok"], envelope.get("error") or err.decode()
     result: dict[str, Any] = envelope["result"]
     return result
-
-
-def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
 async def test_a_node_producer_trace_continues_in_a_python_worker(
