@@ -43,6 +43,24 @@ async def node_otel(command: str, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def node_add(redis_url: str, queue: str, name: str) -> tuple[str, dict[str, Any]]:
+    """A Node producer with bullmq-otel adds one job: its id, and the ``add`` span."""
+    added = await node_otel(
+        "add", {"url": redis_url, "prefix": "bull", "queue": queue, "name": name, "data": {}}
+    )
+    [span] = [s for s in added["spans"] if s["name"] == f"add {queue}.{name}"]
+    return str(added["jobId"]), span
+
+
+async def node_work(redis_url: str, queue: str, count: int) -> list[dict[str, Any]]:
+    """A Node worker with bullmq-otel runs ``count`` jobs: its ``process`` spans."""
+    worked = await node_otel(
+        "work", {"url": redis_url, "prefix": "bull", "queue": queue, "count": count}
+    )
+    assert worked["completed"] == count
+    return [s for s in worked["spans"] if s["name"] == f"process {queue}"]
+
+
 async def test_a_node_producer_trace_continues_in_a_python_worker(
     redis: Redis,
     redis_url: str,
@@ -50,13 +68,9 @@ async def test_a_node_producer_trace_continues_in_a_python_worker(
     provider: TracerProvider,
     exporter: InMemorySpanExporter,
 ) -> None:
-    added = await node_otel(
-        "add",
-        {"url": redis_url, "prefix": "bull", "queue": queue_name, "name": "n2p", "data": {}},
-    )
-    [node_add] = [s for s in added["spans"] if s["name"] == f"add {queue_name}.n2p"]
-    assert node_add["kind"] == NODE_PRODUCER
-    raw = await redis.hget(f"bull:{queue_name}:{added['jobId']}", "opts")
+    job_id, node_add_span = await node_add(redis_url, queue_name, "n2p")
+    assert node_add_span["kind"] == NODE_PRODUCER
+    raw = await redis.hget(f"bull:{queue_name}:{job_id}", "opts")
     assert raw is not None
     assert isinstance(json.loads(raw)["tm"], str)  # bullmq-otel stores JSON text
 
@@ -68,11 +82,11 @@ async def test_a_node_producer_trace_continues_in_a_python_worker(
     [process] = spans_named(exporter, f"process {queue_name}")
     assert process.kind is SpanKind.CONSUMER
     assert process.context is not None and process.parent is not None
-    assert f"{process.context.trace_id:032x}" == node_add["traceId"]
-    assert f"{process.parent.span_id:016x}" == node_add["spanId"]
+    assert f"{process.context.trace_id:032x}" == node_add_span["traceId"]
+    assert f"{process.parent.span_id:016x}" == node_add_span["spanId"]
     assert process.parent.is_remote
     assert process.attributes is not None
-    assert process.attributes["bullmq.job.id"] == added["jobId"]
+    assert process.attributes["bullmq.job.id"] == job_id
 
 
 async def test_a_python_producer_trace_continues_in_a_node_worker(
@@ -88,11 +102,7 @@ async def test_a_python_producer_trace_continues_in_a_node_worker(
     [add] = spans_named(exporter, f"add {queue_name}.p2n")
     [bulk] = spans_named(exporter, f"addBulk {queue_name}")
     assert add.context is not None and bulk.context is not None
-    worked = await node_otel(
-        "work", {"url": redis_url, "prefix": "bull", "queue": queue_name, "count": 2}
-    )
-    assert worked["completed"] == 2
-    processes = [s for s in worked["spans"] if s["name"] == f"process {queue_name}"]
+    processes = await node_work(redis_url, queue_name, 2)
     assert len(processes) == 2
     by_job = {s["attributes"]["bullmq.job.id"]: s for s in processes}
     node_process = by_job[job.id]
@@ -113,10 +123,7 @@ async def test_a_node_python_node_chain_is_one_trace(
 ) -> None:
     """Node adds A; a Python worker runs A and, inside it, adds B; a Node worker runs B."""
     first, second = f"{queue_name}-a", f"{queue_name}-b"
-    added = await node_otel(
-        "add", {"url": redis_url, "prefix": "bull", "queue": first, "name": "step1", "data": {}}
-    )
-    [node_add] = [s for s in added["spans"] if s["name"] == f"add {first}.step1"]
+    _, node_add_span = await node_add(redis_url, first, "step1")
 
     async with Queue(second, connection=redis, telemetry=provider) as follow_up:
 
@@ -128,19 +135,16 @@ async def test_a_node_python_node_chain_is_one_trace(
             await wait_for(lambda: spans_named(exporter, f"process {first}"), timeout=10)
     [process] = spans_named(exporter, f"process {first}")
     [python_add] = spans_named(exporter, f"add {second}.step2")
-    worked = await node_otel(
-        "work", {"url": redis_url, "prefix": "bull", "queue": second, "count": 1}
-    )
-    [node_process] = [s for s in worked["spans"] if s["name"] == f"process {second}"]
+    [node_process] = await node_work(redis_url, second, 1)
 
     assert process.context is not None and process.parent is not None
     assert python_add.context is not None and python_add.parent is not None
-    trace = node_add["traceId"]
+    trace = node_add_span["traceId"]
     # One trace id from the Node producer to the Node worker, through Python.
     assert f"{process.context.trace_id:032x}" == trace
     assert f"{python_add.context.trace_id:032x}" == trace
     assert node_process["traceId"] == trace
     # And each span's parent is the one before it.
-    assert f"{process.parent.span_id:016x}" == node_add["spanId"]
+    assert f"{process.parent.span_id:016x}" == node_add_span["spanId"]
     assert python_add.parent.span_id == process.context.span_id
     assert node_process["parentSpanId"] == f"{python_add.context.span_id:016x}"
