@@ -435,31 +435,22 @@ async def test_cli_serves_and_stops_cleanly_on_sigterm(
     assert "stopped" in err
 
 
+def refused_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``echomq dashboard`` with arguments it should refuse (it never serves)."""
+    command = [sys.executable, "-m", "echomq.cli", "dashboard", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
 def test_cli_refuses_a_taken_port_and_bad_auth(redis_url: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        busy = subprocess.run(
-            [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--port", port],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        busy = refused_cli("--url", redis_url, "--port", port)
     assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
-    bad_queue = subprocess.run(
-        [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--queue", "a:b"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    bad_queue = refused_cli("--url", redis_url, "--queue", "a:b")
     assert bad_queue.returncode == 2 and "queue names without ':'" in bad_queue.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "echomq.cli", "dashboard", "--url", redis_url, "--auth", "x"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    bad = refused_cli("--url", redis_url, "--auth", "x")
     assert bad.returncode == 2 and "user:password" in bad.stderr
 
 
