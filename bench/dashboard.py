@@ -55,7 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib.redisproc import RedisServer, RespClient
-from benchlib.report import table
+from benchlib.report import publish, table
 from run import machine
 
 BENCH = Path(__file__).resolve().parent
@@ -642,13 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     text = render(data)
-    print("\n" + text)
-    if opts.output:
-        md = opts.output.with_suffix(".md")
-        md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(text)
-        opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {md} and {opts.output.with_suffix('.json')}")
+    publish(text, data, opts.output)
     return 0
 
 

@@ -28,7 +28,6 @@ figures are medians.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -47,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.peers import PEERS, Adapter, Peer, setup
 from benchlib.phases import enqueue
 from benchlib.redisproc import RedisServer, RespClient
-from benchlib.report import table
+from benchlib.report import publish, table
 from run import machine
 
 ECHOMQ = PEERS["echomq"]
@@ -454,12 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         if not opts.skip_cost:
             data["cost"] = measure_cost(opts, workdir)
     text = render(data)
-    print("\n" + text)
-    if opts.output:
-        md = opts.output.with_suffix(".md")
-        md.write_text(text)
-        opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {md} and {opts.output.with_suffix('.json')}")
+    publish(text, data, opts.output)
     return 0
 
 

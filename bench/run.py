@@ -29,7 +29,6 @@ Adapters speak a one-line JSON protocol: see bench/peers/_common.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -345,13 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "logs": str(workdir),
     }
     text = report.render(data)
-    print("\n" + text)
-    if opts.output:
-        md = opts.output.with_suffix(".md")
-        md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(text)
-        opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {md} and {opts.output.with_suffix('.json')}")
+    report.publish(text, data, opts.output)
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 

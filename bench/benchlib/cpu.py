@@ -43,6 +43,7 @@ from typing import Any
 from .peers import BENCH, PEERS, Peer, setup
 from .phases import VerificationError
 from .redisproc import RedisServer
+from .report import publish
 
 CPU_PEERS: dict[str, Peer] = {
     "echomq": Peer("echomq", "python", "echomq", "cpu_peer.py", installs_repo=True),
@@ -193,11 +194,5 @@ def main(opts: argparse.Namespace, workdir: Path) -> int:
         "logs": str(workdir),
     }
     text = render(data)
-    print("\n" + text)
-    if opts.output:
-        md = opts.output.with_suffix(".md")
-        md.parent.mkdir(parents=True, exist_ok=True)
-        md.write_text(text)
-        opts.output.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
-        print(f"wrote {md} and {opts.output.with_suffix('.json')}")
+    publish(text, data, opts.output)
     return 0 if all(e["status"] == "ok" for e in results) else 1

@@ -7,6 +7,8 @@ flow API (or job schedulers) show n/a there.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 Column = tuple[str, tuple[str, ...], str, bool]
@@ -196,3 +198,15 @@ def render(data: dict[str, Any]) -> str:
         out += ["", "### Failures", ""]
         out += [f"- **{r['peer']}** ({r['status']}): {r.get('error', '')}" for r in bad]
     return "\n".join(out) + "\n"
+
+
+def publish(text: str, data: dict[str, Any], output: Path | None) -> None:
+    """Print ``text``; with ``output``, also write it to OUTPUT.md and ``data`` to OUTPUT.json."""
+    print("\n" + text)
+    if output is None:
+        return
+    md, js = output.with_suffix(".md"), output.with_suffix(".json")
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text)
+    js.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {md} and {js}")
