@@ -344,9 +344,23 @@ local function taken_before(want)
   return taken
 end
 
+-- (echomq) A job left `active` and this call took none: if the queue has a global concurrency
+-- and jobs wait, the adds made while it was maxed wrote no marker, so idle workers (ours and
+-- Node's) would sleep out their drain delay beside a free slot. Wake them.
+local function wake_if_slot_freed()
+  local meta = redis.call("HMGET", k.meta, "paused", "concurrency")
+  if meta[1] or not meta[2] or redis.call("LLEN", k.active) >= tonumber(meta[2]) then
+    return
+  end
+  if redis.call("LLEN", k.wait) > 0 or redis.call("ZCARD", k.prioritized) > 0 then
+    add_base_marker(k.marker)
+  end
+end
+
 local codes = {}
 local any_delayed = false
 local any_finished = false
+local left_active = false
 if #items > 0 then
   local max_len = max_events(k.meta)
   local trimmed = false
@@ -382,18 +396,21 @@ if #items > 0 then
       end
       if redis.call("LREM", k.active, -1, job_id) == 0 then
         code = -3
-      elseif kind == "C" or kind == "F" then
-        if not trimmed then
-          redis.call("XTRIM", k.events, "MAXLEN", "~", max_len)
-          trimmed = true
-        end
-        finish(item, job_id, job_key, kind == "C", max_len)
-        any_finished = true
-      elseif kind == "R" then
-        retry_now(item, job_id, job_key, max_len)
       else
-        move_to_delayed(item, job_id, job_key, max_len)
-        any_delayed = true
+        left_active = true
+        if kind == "C" or kind == "F" then
+          if not trimmed then
+            redis.call("XTRIM", k.events, "MAXLEN", "~", max_len)
+            trimmed = true
+          end
+          finish(item, job_id, job_key, kind == "C", max_len)
+          any_finished = true
+        elseif kind == "R" then
+          retry_now(item, job_id, job_key, max_len)
+        else
+          move_to_delayed(item, job_id, job_key, max_len)
+          any_delayed = true
+        end
       end
     end
     codes[i] = code
@@ -423,6 +440,9 @@ elseif want > 0 then
 end
 if any_delayed then
   refresh_delay_marker(k.marker, k.delayed)
+end
+if left_active and #fetched[1] == 0 then
+  wake_if_slot_freed()
 end
 if any_finished and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 then
   if redis.call("LLEN", k.wait) == 0 and redis.call("LLEN", k.active) == 0

@@ -121,9 +121,15 @@ def _seconds_or_none(raw: Any) -> float | None:
 
 
 def set_global_concurrency(keys: QueueKeys, concurrency: int) -> CommandOp[None]:
-    """HSET meta ``concurrency``: at most that many jobs active at once, across all workers."""
+    """HSET meta ``concurrency``: at most that many jobs active at once, across all workers.
+
+    The base marker is written with it (docs/protocol/differences.md#freed-slot-marker): a raised
+    limit frees slots, and jobs added while the queue was maxed wrote no marker to wake idle
+    workers. A fetch that finds the queue still maxed takes nothing.
+    """
     n = _positive_int(concurrency, "global concurrency")
-    return CommandOp([("HSET", keys.meta, CONCURRENCY, n)], lambda replies: None)
+    commands = [("HSET", keys.meta, CONCURRENCY, n), _wake(keys)]
+    return CommandOp(commands, lambda replies: None)
 
 
 def get_global_concurrency(keys: QueueKeys) -> CommandOp[int | None]:
@@ -132,8 +138,15 @@ def get_global_concurrency(keys: QueueKeys) -> CommandOp[int | None]:
 
 
 def remove_global_concurrency(keys: QueueKeys) -> CommandOp[bool]:
-    """HDEL meta ``concurrency``; True when one was set."""
-    return CommandOp([("HDEL", keys.meta, CONCURRENCY)], lambda replies: int(replies[0]) > 0)
+    """HDEL meta ``concurrency`` and wake idle workers (as :func:`set_global_concurrency`);
+    True when one was set."""
+    commands = [("HDEL", keys.meta, CONCURRENCY), _wake(keys)]
+    return CommandOp(commands, lambda replies: int(replies[0]) > 0)
+
+
+def _wake(keys: QueueKeys) -> tuple[str, ...]:
+    """The base marker: idle workers of the queue try a fetch."""
+    return ("ZADD", keys.marker, "0", "0")
 
 
 # -- global rate limit ---------------------------------------------------------------------

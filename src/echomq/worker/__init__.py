@@ -689,8 +689,9 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         while life.may_fetch():
             try:
                 wait = self._rate_limit_until - time.monotonic()
-                if wait > 0:
-                    await self._idle(asyncio.sleep(wait))
+                if wait > 0:  # a wake-up re-reads the limit, which may have changed
+                    self._wake.clear()
+                    await self._idle(_wait_for(self._wake, wait))
                     continue
                 if self._free_slots() <= 0:
                     self._wake.clear()
@@ -699,6 +700,10 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
                 if self._empty_hint:
                     self._empty_hint = False
                     await self._idle(waiter.wait(self._next_delayed))
+                    # A finish call that found the queue empty while we waited set the hint
+                    # again, but the marker (or the timeout) that ended the wait is newer news:
+                    # waiting again on that stale hint slept out drain_delay with a job ready.
+                    self._empty_hint = False
                     continue
                 reply = await self._call([], self._free_slots())
                 if reply is None:
@@ -1033,7 +1038,17 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         return code
 
     async def _rate_limited(self, job: Job, token: str) -> None:
-        ttl = await self._return_to_wait(job.id, token, "rate limit")
+        # Fetch nothing until the reply tells how long the limit lasts: the job goes back to
+        # wait with a marker, which could wake this worker's own blocking fetch first, and a
+        # worker without a limiter would otherwise take the job straight back.
+        until = self._rate_limit_until
+        provisional = self._rate_limit_until = time.monotonic() + MAX_RATE_LIMIT_DELAY
+        try:
+            ttl = await self._return_to_wait(job.id, token, "rate limit")
+        finally:
+            if self._rate_limit_until == provisional:  # no reply set a limit meanwhile
+                self._rate_limit_until = until
+            self._wake_fetcher()  # it may be sleeping out the provisional limit
         if ttl is None:
             return
         if ttl < 0:
@@ -1044,6 +1059,15 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
 
 #: Codes refusing a parent's completion, which then fails (Node does the same).
 _CHILDREN_CODES = (codes.JOB_PENDING_CHILDREN, codes.JOB_HAS_FAILED_CHILDREN)
+
+
+async def _wait_for(event: asyncio.Event, timeout: float) -> None:
+    """Wait until ``event`` is set or ``timeout`` seconds have passed."""
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
 
 
 def _fields_of(options: WorkerOptions) -> dict[str, Any]:

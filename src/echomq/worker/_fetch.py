@@ -8,7 +8,9 @@ a popped ``"1"`` carries the due time of the earliest delayed job
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 import redis.asyncio
 
@@ -23,7 +25,14 @@ MIN_BLOCK = 0.002
 
 
 class MarkerWaiter:
-    """Blocks on the marker key until a job may be ready."""
+    """Blocks on the marker key until a job may be ready.
+
+    A due time (the earliest delayed job) is kept on the worker's own clock, not by the
+    BZPOPMIN timeout: Redis serves a blocking timeout only at its next clock tick (every 100 ms
+    at the default ``hz`` 10), so a delayed job would start up to 100 ms late. When the due time
+    comes first, :meth:`wait` returns and leaves the BZPOPMIN in flight; the next call reads
+    what it popped (a marker written meanwhile is never lost) before blocking again.
+    """
 
     def __init__(self, keys: QueueKeys, client: redis.asyncio.Redis, drain_delay: float) -> None:
         self._keys = keys
@@ -33,6 +42,7 @@ class MarkerWaiter:
         # and BullMQ's) lists this worker, also while it is too busy to wait on the marker.
         self._channel = open_channel(client, keep_open=True)
         self._drain_delay = drain_delay
+        self._block: asyncio.Future[Any] | None = None  # the BZPOPMIN in flight, if any
 
     async def wait(self, next_delayed_ms: int = 0) -> None:
         """Return when a job is (probably) ready, or after the drain delay / next due time."""
@@ -40,9 +50,20 @@ class MarkerWaiter:
         if next_delayed_ms > 0:
             deadline = min(deadline, next_delayed_ms / 1000)
         while True:
-            timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
-            command = ("BZPOPMIN", self._keys.marker, timeout)
-            popped = await send(self._client, self._channel, command)
+            if self._block is None:
+                timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
+                command = ("BZPOPMIN", self._keys.marker, timeout)
+                self._block = asyncio.ensure_future(send(self._client, self._channel, command))
+            block = self._block
+            left = deadline - time.time()
+            if left > 0 and not block.done():
+                await asyncio.wait({block}, timeout=left)
+            if not block.done():  # the due time came first: keep the block in flight
+                if time.time() >= deadline - 0.001:
+                    return
+                continue
+            self._block = None
+            popped = block.result()
             if not popped:
                 if time.time() >= deadline - 0.001:
                     return
@@ -60,7 +81,11 @@ class MarkerWaiter:
         await send(self._client, self._channel, ("PING",))
 
     async def aclose(self) -> None:
-        """Close the blocking connection."""
+        """Close the blocking connection (a BZPOPMIN in flight is dropped)."""
+        block, self._block = self._block, None
+        if block is not None:
+            block.cancel()
+            await asyncio.gather(block, return_exceptions=True)
         if self._channel is not None:
             await self._channel.aclose()
         await self._client.aclose()
