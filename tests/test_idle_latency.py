@@ -29,6 +29,8 @@ import pytest
 from redis.asyncio import Redis
 
 from echomq import Backoff, FlowJob, FlowProducer, Job, Limiter, Queue, RateLimitError, Worker
+from echomq.protocol.keys import queue_keys
+from echomq.worker._fetch import MarkerWaiter
 from helpers import wait_for
 
 #: The most a ready job may wait for an idle worker here (expected: a few ms).
@@ -459,3 +461,35 @@ async def test_scheduler_iterations(redis: Redis, queue_name: str, concurrency: 
             due = int(job_id.rsplit(":", 1)[1]) / 1000
             assert_prompt(runs.starts[job_id][0] - due, "a scheduler iteration")
         await q.remove_job_scheduler("tick")
+
+
+async def test_a_block_left_in_flight_puts_back_the_marker_it_pops(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    """The waiter returns at a due time on its own clock and leaves its BZPOPMIN in flight; a
+    marker that block pops while nobody waits on it is put back for the queue's other idle
+    workers (else a busy worker would swallow their wake-up)."""
+    keys = queue_keys(queue_name)
+    waiter = MarkerWaiter(keys, Redis.from_url(redis_url), 5.0)
+    try:
+        await waiter.connect()
+        due_ms = int(time.time() * 1000) + 30
+        await waiter.wait(due_ms)
+        assert time.time() * 1000 >= due_ms - 1
+        await redis.zadd(keys.marker, {"0": 0})  # an add, while this worker would be busy
+        await wait_for(lambda: _block_ended(waiter), timeout=5)
+        await wait_for(lambda: _marker_is_there(redis, keys.marker), timeout=5)
+        # The next wait reads the put-back marker at once.
+        started = time.monotonic()
+        await waiter.wait()
+        assert time.monotonic() - started < MAX_LAG
+    finally:
+        await waiter.aclose()
+
+
+def _block_ended(waiter: MarkerWaiter) -> bool:
+    return waiter._block is None
+
+
+async def _marker_is_there(redis: Redis, key: str) -> bool:
+    return bool(await redis.zscore(key, "0") is not None)

@@ -30,8 +30,10 @@ class MarkerWaiter:
     A due time (the earliest delayed job) is kept on the worker's own clock, not by the
     BZPOPMIN timeout: Redis serves a blocking timeout only at its next clock tick (every 100 ms
     at the default ``hz`` 10), so a delayed job would start up to 100 ms late. When the due time
-    comes first, :meth:`wait` returns and leaves the BZPOPMIN in flight; the next call reads
-    what it popped (a marker written meanwhile is never lost) before blocking again.
+    comes first, :meth:`wait` returns and leaves the BZPOPMIN in flight (its own timeout ends
+    it at most a tick later). The next call reads what it popped; if it pops a marker while
+    nobody waits on it (the worker is busy), the marker is put back for the other idle workers
+    of the queue, which it would otherwise have kept from waking.
     """
 
     def __init__(self, keys: QueueKeys, client: redis.asyncio.Redis, drain_delay: float) -> None:
@@ -43,6 +45,8 @@ class MarkerWaiter:
         self._channel = open_channel(client, keep_open=True)
         self._drain_delay = drain_delay
         self._block: asyncio.Future[Any] | None = None  # the BZPOPMIN in flight, if any
+        self._waiting = False  # wait() is reading self._block
+        self._put_back: set[asyncio.Task[Any]] = set()
 
     async def wait(self, next_delayed_ms: int = 0) -> None:
         """Return when a job is (probably) ready, or after the drain delay / next due time."""
@@ -57,9 +61,14 @@ class MarkerWaiter:
             block = self._block
             left = deadline - time.time()
             if left > 0 and not block.done():
-                await asyncio.wait({block}, timeout=left)
-            if not block.done():  # the due time came first: keep the block in flight
+                self._waiting = True
+                try:
+                    await asyncio.wait({block}, timeout=left)
+                finally:
+                    self._waiting = False
+            if not block.done():  # the due time came first: leave the block in flight
                 if time.time() >= deadline - 0.001:
+                    block.add_done_callback(self._unread)
                     return
                 continue
             self._block = None
@@ -76,6 +85,25 @@ class MarkerWaiter:
                 return
             deadline = min(deadline, due)
 
+    def _unread(self, block: asyncio.Future[Any]) -> None:
+        """A block left in flight ended: unless a wait() reads it, put back what it popped."""
+        if self._waiting or self._block is not block:
+            return
+        self._block = None
+        if block.cancelled() or block.exception() is not None or not block.result():
+            return
+        popped = block.result()
+        # NX: a marker written since is newer than the one popped.
+        command = ("ZADD", self._keys.marker, "NX", popped[2], popped[1])
+        task = asyncio.ensure_future(send(self._client, self._channel, command))
+        self._put_back.add(task)
+        task.add_done_callback(self._put_back_done)
+
+    def _put_back_done(self, task: asyncio.Task[Any]) -> None:
+        self._put_back.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a lost put-back costs the others a drain delay
+
     async def connect(self) -> None:
         """Open the blocking connection (which names itself on connect)."""
         await send(self._client, self._channel, ("PING",))
@@ -83,9 +111,10 @@ class MarkerWaiter:
     async def aclose(self) -> None:
         """Close the blocking connection (a BZPOPMIN in flight is dropped)."""
         block, self._block = self._block, None
-        if block is not None:
-            block.cancel()
-            await asyncio.gather(block, return_exceptions=True)
+        pending = [*self._put_back] + ([block] if block is not None else [])
+        for future in pending:
+            future.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         if self._channel is not None:
             await self._channel.aclose()
         await self._client.aclose()
