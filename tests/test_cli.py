@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis import Redis as SyncRedis
 
 import echomq
 import echomq.embedded
@@ -49,6 +50,11 @@ def counts(url: str, queue: str) -> dict[str, int]:
             return await q.get_job_counts()
 
     return asyncio.run(go())
+
+
+def completed_count(url: str, queue: str, n: int) -> Callable[[], bool]:
+    """A condition: ``n`` jobs of the queue are completed."""
+    return lambda: counts(url, queue)["completed"] == n
 
 
 def add(url: str, queue: str, *jobs: tuple[Any, ...]) -> list[str]:
@@ -414,6 +420,34 @@ def test_worker_processes_jobs_and_stops_on_sigterm(
     log = worker_log(project)
     assert f"queue={queue_name} job={ids[0]} name=double attempt=1 completed" in log
     assert "received SIGTERM" in log
+
+
+def test_an_idle_worker_at_concurrency_50_starts_each_new_job_at_once(
+    start_worker: Callable[..., subprocess.Popen[bytes]],
+    project: Path,
+    redis_url: str,
+    queue_name: str,
+) -> None:
+    """Through the real CLI with the default drain delay (5 s): after a 0.3 s job, jobs added
+    to the idle worker one by one start within 0.5 s of their add (they took 5 s once)."""
+    proc = start_worker("--concurrency", "50", "--drain-delay", "5")
+    add(redis_url, queue_name, ("slow", {"seconds": 0.3}))
+    wait_until(lambda: counts(redis_url, queue_name)["completed"] == 1, "the first job")
+    lags = []
+    for i in range(2):
+        time.sleep(0.5)  # idle again
+        (job_id,) = add(redis_url, queue_name, ("double", {"x": i}))
+        wait_until(completed_count(redis_url, queue_name, i + 2), "the next job")
+        fields = SyncRedis.from_url(redis_url)
+        try:
+            added, started = fields.hmget(f"bull:{queue_name}:{job_id}", "timestamp", "processedOn")
+        finally:
+            fields.close()
+        assert added is not None and started is not None
+        lags.append((int(started) - int(added)) / 1000)
+    assert max(lags) < 0.5, f"jobs started {lags} s after their add"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0
 
 
 def test_sigterm_lets_a_running_job_finish(
