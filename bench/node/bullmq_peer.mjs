@@ -8,6 +8,8 @@
 // Flows: `enqueue --mode flow --n TREES --children C --batch B` (FlowProducer.addBulk, B trees
 // per call) and `worker --flow`, with the same job names, data and return value as
 // bench/peers/echomq_peer.py (see bench/peers/_common.py).
+// Idle: `idle --concurrency C --previous-ms P --samples N [--delay-ms D] [--idle-gap S]`, one
+// cell of bench/idle_latency.py, the same steps as _common.py's run_idle_async.
 import { readFileSync } from 'node:fs';
 import { FlowProducer, Queue, QueueEvents, Worker } from 'bullmq';
 import IORedis from 'ioredis';
@@ -16,12 +18,15 @@ const JOB_NAME = 'noop';
 const PARENT_NAME = 'parent';
 const CHILD_NAME = 'child';
 const GRACE_MS = 300;
+const IDLE_SETTLE_MS = 200; // as _common.py's IDLE_SETTLE_S
+const IDLE_WAIT_MS = 20000; // as _common.py's IDLE_WAIT_S
 
 function parseArgs(argv) {
   const opts = {
     role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
     batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
     children: 10, flow: false, every: 1.0, duration: 30, warmup: 2,
+    samples: 5, 'previous-ms': 0, 'delay-ms': 0, 'idle-gap': 0.5,
   };
   for (let k = 1; k < argv.length; k++) {
     const key = argv[k].replace(/^--/, '');
@@ -228,13 +233,85 @@ async function schedulers(o) {
   } });
 }
 
+// The idle role's processor starts and ends by i, with waits on them (as _common.py's IdleProbe).
+function idleProbe() {
+  const times = { start: new Map(), end: new Map() };
+  const waiters = { start: new Map(), end: new Map() };
+  const mark = (kind, i, t) => {
+    if (!times[kind].has(i)) times[kind].set(i, t);
+    const wake = waiters[kind].get(i);
+    if (wake) { waiters[kind].delete(i); wake(); }
+  };
+  const probe = {
+    times, executions: 0,
+    async process(i, ms) {
+      const t = nowNs();
+      probe.executions++;
+      mark('start', i, t);
+      await sleep(ms);
+      mark('end', i, nowNs());
+    },
+    wait(kind, i, ms) {
+      if (times[kind].has(i)) return Promise.resolve(times[kind].get(i));
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          waiters[kind].delete(i);
+          reject(new Error(`job i=${i} did not ${kind} within ${ms / 1000} s`));
+        }, ms);
+        waiters[kind].set(i, () => { clearTimeout(timer); resolve(times[kind].get(i)); });
+      });
+    },
+  };
+  return probe;
+}
+
+// One cell of bench/idle_latency.py: a Worker with default options but concurrency (so the
+// default 5 s drainDelay) and its producer in this process; the steps of run_idle_async.
+async function idle(o) {
+  const probe = idleProbe();
+  const queue = new Queue(o.queue, { connection: connection(o.url) });
+  await queue.waitUntilReady();
+  const w = new Worker(o.queue, async (job) => {
+    await probe.process(job.data.i, job.data.ms);
+    return null;
+  }, { connection: connection(o.url), concurrency: o.concurrency });
+  const one = async (i, ms, delayMs) => {
+    const t0 = nowNs();
+    await queue.add(JOB_NAME, { i, ms }, delayMs ? { delay: delayMs } : undefined);
+    const start = await probe.wait('start', i, IDLE_WAIT_MS + delayMs);
+    await probe.wait('end', i, IDLE_WAIT_MS + ms);
+    return Math.round((start - t0) / 1e3 - delayMs * 1e3) / 1e3; // ms, 3 decimals
+  };
+  const lags = [];
+  const previous = [];
+  let error = null;
+  try {
+    await one(-1, 0, 0); // warm-up: scripts loaded, connections open, worker polling
+    await sleep(IDLE_SETTLE_MS);
+    for (let s = 0; s < o.samples; s++) {
+      previous.push(await one(2 * s, o['previous-ms'], 0));
+      await sleep(o['idle-gap'] * 1000);
+      lags.push(await one(2 * s + 1, 0, o['delay-ms']));
+      await sleep(IDLE_SETTLE_MS);
+    }
+  } catch (err) {
+    error = err.message;
+  }
+  await w.close();
+  await queue.close();
+  emit({ result: {
+    lags_ms: lags, previous_lags_ms: previous, executions: probe.executions,
+    distinct: probe.times.start.size, error,
+  } });
+}
+
 function version() {
   const pkg = JSON.parse(readFileSync(new URL('./node_modules/bullmq/package.json', import.meta.url)));
   emit({ result: { version: pkg.version } });
 }
 
 const o = parseArgs(process.argv.slice(2));
-const roles = { enqueue, worker, latency, version, schedulers };
+const roles = { enqueue, worker, latency, version, schedulers, idle };
 if (!roles[o.role]) {
   process.stderr.write(`unknown role ${o.role}\n`);
   process.exit(2);

@@ -20,6 +20,15 @@ and C children named ``child`` (all in ``--queue``), B trees per bulk flow call;
 that each parent started after all its children had returned. The flow enqueue result also
 carries ``cpu_s``, the producer's CPU over the timed part.
 
+``idle`` (bench/idle_latency.py) runs a worker at ``--concurrency`` and its producer in one
+process (one clock) and prints only ``{"result": {...}}``. Every job's data is ``{"i": I, "ms":
+M}`` and its processor sleeps M ms. After one unmeasured warm-up job it takes ``--samples``
+samples: add a "previous" job of ``--previous-ms``, wait until its processor has returned,
+stay idle ``--idle-gap`` s, then add a second job of 0 ms (with ``--delay-ms``, a delayed one)
+and take the time from just before that add to its processor start, minus the delay; then
+wait for that job to end and ``IDLE_SETTLE_S`` more before the next sample (see
+:func:`run_idle_async`).
+
 Timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC on Linux), which is shared
 between processes on one machine, so the harness can subtract a producer's enqueue time
 from a worker's processor-start time. Node's ``process.hrtime.bigint()`` reads the same
@@ -44,12 +53,16 @@ PARENT_NAME = "parent"
 CHILD_NAME = "child"
 TICK_NAME = "tick"  # the schedulers role's iterations
 GRACE_S = 0.3
+IDLE_SETTLE_S = 0.2  # idle: quiet time after a sample's second job, before the next sample
+IDLE_WAIT_S = 20.0  # idle: the longest wait for one processor start or end (4 x drain_delay)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the common adapter command line."""
     p = argparse.ArgumentParser()
-    p.add_argument("role", choices=["enqueue", "worker", "latency", "version", "schedulers"])
+    p.add_argument(
+        "role", choices=["enqueue", "worker", "latency", "version", "schedulers", "idle"]
+    )
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--queue", default="bench")
     p.add_argument("--n", type=int, default=1000)
@@ -67,6 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--every", type=float, default=1.0, help="schedulers: interval (s)")
     p.add_argument("--duration", type=float, default=30.0, help="schedulers: seconds of run")
     p.add_argument("--warmup", type=float, default=2.0, help="schedulers: unmeasured start (s)")
+    # the idle role (bench/idle_latency.py): one cell of the idle-worker latency matrix
+    p.add_argument("--samples", type=int, default=5, help="idle: samples")
+    p.add_argument("--previous-ms", type=float, default=0.0, help="idle: previous job's run (ms)")
+    p.add_argument("--delay-ms", type=float, default=0.0, help="idle: second job's delay (ms)")
+    p.add_argument("--idle-gap", type=float, default=0.5, help="idle: idle time before add (s)")
     return p.parse_args(argv)
 
 
@@ -380,3 +398,87 @@ async def drive_scheduler_run(
     await close()
     await task
     emit_result(rec.result(w0, w1, cpu, upsert_s))
+
+
+class IdleProbe:
+    """The idle role's record of processor starts and ends by ``i``, with waits on them.
+
+    For asyncio processors on one event loop: :meth:`process` is the processor body (it
+    reads the clock first, then sleeps ``ms``), :meth:`wait` blocks the producer until a given
+    job has started or ended.
+    """
+
+    def __init__(self) -> None:
+        self.times: dict[str, dict[int, int]] = {"start": {}, "end": {}}
+        self.executions = 0
+        self._events: dict[tuple[str, int], Any] = {}
+
+    def _event(self, kind: str, i: int) -> Any:
+        import asyncio
+
+        return self._events.setdefault((kind, i), asyncio.Event())
+
+    def _mark(self, kind: str, i: int, t_ns: int) -> None:
+        self.times[kind].setdefault(i, t_ns)
+        self._event(kind, i).set()
+
+    async def process(self, i: int, ms: float) -> None:
+        import asyncio
+
+        t = now_ns()
+        self.executions += 1
+        self._mark("start", i, t)
+        await asyncio.sleep(ms / 1000)
+        self._mark("end", i, now_ns())
+
+    async def wait(self, kind: str, i: int, timeout: float) -> int:
+        """The ``kind`` ("start" or "end") time of job ``i``, once there is one."""
+        import asyncio
+
+        try:
+            await asyncio.wait_for(self._event(kind, i).wait(), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"job i={i} did not {kind} within {timeout:g} s") from None
+        return self.times[kind][i]
+
+
+async def run_idle_async(
+    args: argparse.Namespace, probe: IdleProbe, add: Callable[[int, float, float], Any]
+) -> dict[str, Any]:
+    """The idle role's samples; ``add(i, ms, delay_ms)`` is the library's add (a coroutine).
+
+    Lags are in ms: ``lags_ms`` from just before the second job's add to its processor start,
+    minus ``--delay-ms`` (for a delayed job: its lateness after the due time);
+    ``previous_lags_ms`` the same for each previous job (added after ``IDLE_SETTLE_S`` of
+    quiet, unmeasured by the harness's table). A wait over ``IDLE_WAIT_S`` ends the run with
+    ``error`` set and the samples taken so far.
+    """
+    import asyncio
+
+    async def one(i: int, ms: float, delay_ms: float) -> float:
+        t0 = now_ns()
+        await add(i, ms, delay_ms)
+        start = await probe.wait("start", i, IDLE_WAIT_S + delay_ms / 1000)
+        await probe.wait("end", i, IDLE_WAIT_S + ms / 1000)
+        return round((start - t0) / 1e6 - delay_ms, 3)
+
+    lags: list[float] = []
+    previous: list[float] = []
+    error = None
+    try:
+        await one(-1, 0, 0)  # warm-up: scripts loaded, connections open, worker polling
+        await asyncio.sleep(IDLE_SETTLE_S)
+        for s in range(args.samples):
+            previous.append(await one(2 * s, args.previous_ms, 0))
+            await asyncio.sleep(args.idle_gap)
+            lags.append(await one(2 * s + 1, 0, args.delay_ms))
+            await asyncio.sleep(IDLE_SETTLE_S)
+    except TimeoutError as exc:
+        error = str(exc)
+    return {
+        "lags_ms": lags,
+        "previous_lags_ms": previous,
+        "executions": probe.executions,
+        "distinct": len(probe.times["start"]),
+        "error": error,
+    }

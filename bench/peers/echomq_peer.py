@@ -5,6 +5,7 @@ Use of the public API only: ``Queue.add`` / ``Queue.add_bulk`` of one ``echomq.Q
 ``echomq.Worker`` with ``concurrency``; results through ``job.wait_until_finished`` on a shared
 ``echomq.QueueEvents``; flows through ``echomq.FlowProducer.add_bulk`` (one transaction per
 batch of trees, as Node's ``FlowProducer.addBulk``).
+The ``idle`` role (bench/idle_latency.py) runs ``Worker`` and ``Queue.add`` in one process.
 ``--uvloop`` runs the same code on uvloop's event loop.
 """
 
@@ -14,8 +15,9 @@ import asyncio
 import importlib.metadata
 
 import _common as c
-import echomq
 import redis.asyncio as aioredis
+
+import echomq
 
 
 def flow_tree(args, tree: int):
@@ -133,6 +135,35 @@ async def schedulers(args) -> None:
     await conn.aclose()
 
 
+async def idle(args) -> None:
+    """One cell of bench/idle_latency.py: a worker with default options but ``concurrency``
+    (so the default 5 s ``drain_delay``) and its producer in this process."""
+    probe = c.IdleProbe()
+
+    async def process(job):
+        await probe.process(job.data["i"], job.data["ms"])
+        return None
+
+    conn = aioredis.Redis.from_url(args.url)
+    await conn.ping()
+    queue = echomq.Queue(args.queue, connection=conn)
+    w = echomq.Worker(args.queue, process, connection=args.url, concurrency=args.concurrency)
+    running = asyncio.create_task(w.run())
+
+    async def add(i: int, ms: float, delay_ms: float) -> None:
+        options = {"delay": delay_ms / 1000} if delay_ms else {}
+        await queue.add(c.JOB_NAME, {"i": i, "ms": ms}, **options)
+
+    try:
+        result = await c.run_idle_async(args, probe, add)
+    finally:
+        await w.close()
+        await running
+        await queue.aclose()
+        await conn.aclose()
+    c.emit_result(result)
+
+
 def main() -> None:
     args = c.parse_args()
     if args.role == "version":
@@ -140,9 +171,14 @@ def main() -> None:
             {"version": importlib.metadata.version("echomq") + (" (uvloop)" if args.uvloop else "")}
         )
         return
-    role = {"enqueue": enqueue, "worker": worker, "latency": latency, "schedulers": schedulers}[
-        args.role
-    ]
+    roles = {
+        "enqueue": enqueue,
+        "worker": worker,
+        "latency": latency,
+        "schedulers": schedulers,
+        "idle": idle,
+    }
+    role = roles[args.role]
     c.run_main(lambda: role(args), args.uvloop)
 
 
