@@ -594,7 +594,8 @@ def set_global_concurrency(
 
     Workers (echomq and BullMQ) take no job while ``concurrency`` jobs are active, whatever
     their own concurrency; they see a new value at their next fetch (BullMQ's
-    ``setGlobalConcurrency``: meta field ``concurrency``).
+    ``setGlobalConcurrency``: meta field ``concurrency``). Idle workers are woken with it (the
+    queue's marker), so jobs that waited for a slot a raised limit frees start at once.
 
     Args:
         queue: the queue name.
@@ -620,8 +621,7 @@ def remove_global_concurrency(
 ) -> bool:
     """Remove the queue's global concurrency; True if one was set.
 
-    Idle workers notice at their next fetch (within their ``drain_delay``), or when a running
-    job finishes.
+    Idle workers are woken with it (the queue's marker) and take the jobs that waited.
     """
     return _run(connection, ops.remove_global_concurrency(queue_keys(queue, prefix)))
 
