@@ -146,7 +146,12 @@ async def test_remove_and_getters(redis: Redis, queue_name: str) -> None:
     async with Queue(queue_name, connection=redis) as queue:
         await queue.upsert_job_scheduler("a", every=5, start_date=later)
         await queue.upsert_job_scheduler("b", every=5, start_date=later + 10)
-        await queue.upsert_job_scheduler("c", pattern="0 0 * * *", tz="Europe/Madrid")
+        # A cron run comes after b's start whatever the hour: its first run is after a start
+        # date a day past b's (a plain "0 0 * * *" came first an hour a day, 22:00-23:00 UTC).
+        day_after = later + 86400
+        await queue.upsert_job_scheduler(
+            "c", pattern="0 0 * * *", tz="Europe/Madrid", start_date=day_after
+        )
         assert await queue.get_job_schedulers_count() == 3
         ordered = [s.id for s in await queue.get_job_schedulers(asc=True)]
         assert ordered[:2] == ["a", "b"] and set(ordered) == {"a", "b", "c"}
@@ -281,12 +286,15 @@ async def test_queue_default_options_apply_to_the_template(redis: Redis, queue_n
 async def test_cron_with_no_next_time_before_its_end_writes_nothing(
     redis: Redis, queue_name: str
 ) -> None:
-    end = datetime.now(timezone.utc) + timedelta(minutes=5)
+    now = datetime.now(timezone.utc)
+    end = now + timedelta(minutes=5)
+    # Once a day, at the time of day six hours from now (UTC): never before end_date, on any
+    # day at any hour (a fixed pattern would meet end_date once a year).
+    far = now + timedelta(hours=6)
+    pattern = f"{far.minute} {far.hour} * * *"
     async with Queue(queue_name, connection=redis) as queue:
-        # at midnight on 1 January only: none before end_date (unless run just then)
-        if end.month == 1 and end.day == 1:
-            pytest.fail("run this test on another day")
-        assert await queue.upsert_job_scheduler("never", pattern="0 0 1 1 *", end_date=end) is None
+        made = await queue.upsert_job_scheduler("never", pattern=pattern, tz="UTC", end_date=end)
+        assert made is None
         assert await queue.get_job_schedulers_count() == 0
 
 
