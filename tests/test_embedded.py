@@ -525,3 +525,30 @@ async def test_wait_for_fails_with_a_message() -> None:
 
     with pytest.raises(AssertionError, match="never_true still false.*queue drained"):
         await wait_for(never_true, timeout=0.05, message="queue drained")
+
+
+# Where the fcntl module does not exist (Windows): set to None in sys.modules, import fails.
+NO_FCNTL_SCRIPT = (
+    "import sys; sys.modules['fcntl'] = None; sys.path.insert(0, sys.argv[1]); "
+    "import echomq, echomq.cli, echomq.embedded, echomq.sync, echomq.testing.plugin; "
+    "from pathlib import Path; from echomq.errors import EmbeddedRedisError\n"
+    "try:\n"
+    "    echomq.embedded.ensure_embedded_server(Path(sys.argv[2]))\n"
+    "except EmbeddedRedisError as exc:\n"
+    "    print(exc)\n"
+)
+
+
+def test_echomq_its_cli_and_its_pytest_plugin_import_without_fcntl(tmp_path: Path) -> None:
+    """The pytest plugin is an entry point: a failed import would break every pytest run in an
+    environment where echomq is installed. Only taking the embedded server's lock needs fcntl,
+    and then the error says what to do."""
+    done = subprocess.run(
+        [sys.executable, "-c", NO_FCNTL_SCRIPT, PACKAGE_ROOT, str(tmp_path / "emb")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "needs a POSIX system (the fcntl module)" in done.stdout
+    assert "give a Redis URL instead" in done.stdout

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import importlib.util
 import logging
 import os
@@ -592,6 +591,13 @@ def _socket_url(sock: Path) -> str:
 @contextlib.contextmanager
 def _locked(lock_path: Path, timeout: float = _LOCK_TIMEOUT) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``lock_path``, waiting up to ``timeout`` seconds."""
+    try:  # imported here, where a lock is taken: echomq, its CLI and plugin load without it
+        import fcntl
+    except ImportError as exc:
+        raise EmbeddedRedisError(
+            "the embedded Redis server needs a POSIX system (the fcntl module) to lock "
+            f"{lock_path}; give a Redis URL instead (--url or ECHOMQ_REDIS_URL)"
+        ) from exc
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         deadline = time.monotonic() + timeout
