@@ -16,6 +16,7 @@
   ARGV[1] max stalled count
   ARGV[2] now (ms)
   ARGV[3] stalled interval (ms)
+  ARGV[4] failed reason (written to `defa` past the max count; BullMQ's text)
 
   Returns: {recovered, dangling}, two arrays of job ids: those moved back to wait, and those
   removed from active because their job hash does not exist. A job is recovered when it was a
@@ -48,7 +49,7 @@ local function recover(job_key, id, blocked)
   local scheduled = rjk and (redis.call("EXISTS", scheduler_hash_key(q.prefix, rjk)) == 1
     or redis.call("ZSCORE", q["repeat"], rjk) ~= false)
   if stalled > max_stalled and not scheduled then
-    redis.call("HSET", job_key, "defa", "job stalled more than allowable limit")
+    redis.call("HSET", job_key, "defa", ARGV[4])
   end
   redis.call("RPUSH", q.wait, id)
   if not blocked then

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import scripts
 from ..options import backoff_from_wire, keep_jobs_to_wire, retention_from_wire
-from ..protocol import fields
+from ..protocol import codes, fields
 from ..protocol.keys import QueueKeys
 from ._base import CommandOp, ScriptOp, flat_to_dict, to_str
 
@@ -191,7 +191,7 @@ def move_stalled_jobs_to_wait(
     return ScriptOp(
         scripts.get("moveStalledJobsToWait"),
         keys.script_keys["moveStalledJobsToWait"],
-        [max_stalled_count, now, stalled_interval_ms],
+        [max_stalled_count, now, stalled_interval_ms, codes.STALLED_TOO_MANY],
         _parse_stalled,
     )
 
