@@ -11,6 +11,7 @@ Fixtures:
     queue_name (function): a queue name unique to the test.
     fresh_server (function): factory of private AOF servers for restart and crash tests.
     redis_cluster (session): startup node URLs of a 3-master Redis Cluster.
+    redis_sentinel (session): a primary, a replica and three Sentinels (``tests/_sentinel.py``).
     exporter / provider (function): an OpenTelemetry SDK in-memory span exporter, and a
         ``TracerProvider`` that sends every span to it (shut down after the test).
 
@@ -32,6 +33,7 @@ import pytest_asyncio
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis as AsyncRedis
 
+from _sentinel import SentinelSetup
 from echomq.embedded import EmbeddedRedisError, RedisServer, find_redis_server
 
 if TYPE_CHECKING:  # the SDK is imported by the fixtures that use it, not by every test
@@ -213,3 +215,14 @@ def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield provider
     provider.shutdown()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
+    """One primary, one replica and three Sentinels on free ports (service ``mymaster``)."""
+    setup = SentinelSetup(tmp_path_factory.mktemp("redis-sentinel"))
+    try:
+        setup.start()
+        yield setup
+    finally:
+        setup.stop()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.sentinel
 import redis.cluster
 
 from ._fail_fast import (
@@ -226,10 +227,23 @@ class AsyncConn(_Addressed):
             )
         pool = client.connection_pool
         kwargs = {**pool.connection_kwargs, **overrides}
+        new_pool: redis.asyncio.ConnectionPool
+        if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+            # Sentinel-managed: the new pool asks the same Sentinels for the current master
+            # (its back-reference to its pool is made anew, not copied).
+            kwargs.pop("connection_pool", None)
+            new_pool = redis.asyncio.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+                pool.service_name,
+                pool.sentinel_manager,
+                is_master=pool.is_master,
+                check_connection=pool.check_connection,
+                connection_class=pool.connection_class,
+                **kwargs,
+            )
+        else:
+            new_pool = pool.__class__(connection_class=pool.connection_class, **kwargs)
         # from_pool: the new client owns its pool and closes it with itself.
-        return redis.asyncio.Redis.from_pool(
-            pool.__class__(connection_class=pool.connection_class, **kwargs)
-        )
+        return redis.asyncio.Redis.from_pool(new_pool)
 
     async def aclose(self) -> None:
         """Close the channel, and the client if we opened it; forget both either way."""

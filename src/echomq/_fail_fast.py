@@ -98,6 +98,9 @@ def url_address(url: str) -> str:
 def server_address(client: object) -> str:
     """The server a client talks to: ``host:port``, the socket path, or a Cluster's first node."""
     pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if service is not None:  # a Sentinel-managed pool: its master moves, the service does not
+        return _sentinel_address(service, getattr(pool, "sentinel_manager", None))
     if pool is not None:
         kwargs = pool.connection_kwargs
         path = kwargs.get("path")
@@ -109,6 +112,15 @@ def server_address(client: object) -> str:
         node = next(iter(nodes.values()))
         return f"{node.host}:{node.port}"
     return "unknown address"
+
+
+def _sentinel_address(service: str, manager: object) -> str:
+    """``service mymaster via sentinels h:p,h:p`` for a Sentinel-managed client."""
+    sentinels = []
+    for sentinel in getattr(manager, "sentinels", ()):
+        kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+        sentinels.append(f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
+    return f"service {service} via sentinels {','.join(sentinels) or '(none)'}"
 
 
 # -- fail-fast connections of URL-made producer clients --------------------------------------
