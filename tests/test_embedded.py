@@ -164,6 +164,17 @@ def test_server_starts_answers_and_stops(tmp_path: Path) -> None:
     assert server.pid is None
 
 
+def test_server_takes_a_str_data_dir(tmp_path: Path) -> None:
+    directory = tmp_path / "str-srv"
+    server = RedisServer(data_dir=str(directory))
+    with server:
+        assert server.data_dir == directory
+        _set(server.url, "k", "v")
+        assert _get(server.url, "k") == b"v"
+    assert not server.is_running
+    assert server.log_path.is_file()  # in the directory given, which stop() keeps
+
+
 def test_restart_keeps_aof_data_and_port(
     fresh_server: Callable[..., RedisServer],
 ) -> None:

@@ -307,8 +307,8 @@ class RedisServer:
         *,
         executable: str | None = None,
         port: int = 0,
-        unix_socket: Path | None = None,
-        data_dir: Path | None = None,
+        unix_socket: str | os.PathLike[str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         appendonly: bool = False,
         durability: Durability = DEFAULT_DURABILITY,
         cluster: bool = False,
@@ -321,9 +321,10 @@ class RedisServer:
             executable: Path of ``redis-server``; defaults to :func:`find_redis_server`.
             port: TCP port on 127.0.0.1; ``0`` picks a free one at the first start and keeps it
                 for restarts. Ignored when ``unix_socket`` is given.
-            unix_socket: Listen only on this unix socket (no TCP port).
-            data_dir: Working directory for the AOF and log. ``None`` uses a temporary
-                directory that :meth:`stop` deletes.
+            unix_socket: Listen only on this unix socket (no TCP port; a ``str`` or path-like).
+            data_dir: Working directory for the AOF and log (a ``str`` or path-like, created
+                at start if missing). ``None`` uses a temporary directory that :meth:`stop`
+                deletes.
             appendonly: Turn on AOF persistence, so data survives :meth:`restart` (and
                 :meth:`kill`, as far as ``durability`` promises).
             durability: The AOF's ``appendfsync``: ``"always"`` (an acknowledged write survives
@@ -338,12 +339,12 @@ class RedisServer:
             ValidationError: If ``durability`` is not one of :data:`DURABILITIES`.
         """
         self._durability = _check_durability(durability, "durability")
-        if unix_socket is not None:
-            _check_unix_path(unix_socket)
+        self._unix_socket = None if unix_socket is None else Path(unix_socket)
+        if self._unix_socket is not None:
+            _check_unix_path(self._unix_socket)
         self._executable = executable
         self._port = port
-        self._unix_socket = unix_socket
-        self._data_dir = data_dir
+        self._data_dir = None if data_dir is None else Path(data_dir)
         self._owns_data_dir = False
         self._appendonly = appendonly
         self._cluster = cluster

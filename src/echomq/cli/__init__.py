@@ -1,9 +1,15 @@
-"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``metrics``, ``add``, ``scheduler``,
-``demo`` and ``server``, a thin layer over the public API.
+"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``metrics``, ``dashboard``, ``add``,
+``scheduler``, ``demo`` and ``server``, a thin layer over the public API.
 
 This package is the only code in echomq that configures logging, installs signal handlers or
 prints. Every subcommand finds Redis the same way (``--url``, ``$ECHOMQ_REDIS_URL``, else the
 embedded server; see :mod:`echomq.cli._connect`).
+
+Modules: one per subcommand, ``_worker``, ``_queue`` (with ``_flow`` for its flow output and
+``_limits`` for its ``limits`` action), ``_queues``, ``_metrics``, ``_dashboard``, ``_add``,
+``_scheduler``, ``_demo`` and ``_server``; and the shared parts, ``_connect`` (which Redis, the
+connection options), ``_errors`` (``CliError`` and the exit codes), ``_format`` (tables, times,
+JSON for output), ``_logs`` (logging setup) and ``__main__`` (``python -m echomq.cli``).
 
 Exit codes: 0 success; 1 an operation failed (Redis unreachable, job not found, refused);
 2 a usage or setup problem (bad arguments, processor that cannot be loaded, no Redis server to

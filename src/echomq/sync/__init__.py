@@ -1,9 +1,10 @@
 """The synchronous producer API over a ``redis.Redis`` client, for Django, Flask and scripts.
 
-The blocking twin of :mod:`echomq.queue` (module-level functions and :class:`Queue`) and of
-:class:`echomq.Job`, generated from them by ``scripts/unasync.py``: ``_api`` from
-``echomq/queue.py``, ``_queue`` from ``echomq/_queue.py``, ``_job`` from ``echomq/_job.py``
-(never edit those three by hand; ``scripts/check`` fails while they are stale). Each function or
+The blocking twin of :mod:`echomq.queue` (module-level functions and :class:`Queue`), of
+:class:`echomq.Job` and of :mod:`echomq.flows` (:class:`FlowProducer`), generated from them by
+``scripts/unasync.py``: ``_api`` from ``echomq/queue.py``, ``_queue`` from ``echomq/_queue.py``,
+``_job`` from ``echomq/_job.py``, ``_flows`` from ``echomq/flows.py`` (never edit those four by
+hand; ``scripts/check`` fails while they are stale). Each function or
 method builds the same :mod:`echomq.ops` operation as its async twin and runs it with
 ``run_sync`` (or ``run_plan_sync``), so validation, keys, scripts and Redis effects are
 identical, and a refused call writes nothing. Nothing here creates, runs or looks up an event
