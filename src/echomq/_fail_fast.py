@@ -43,7 +43,8 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import InvalidOptionError, RedisUnavailableError, ValidationError
+from ._retry import TRANSIENT, Outage, classify, refused_reply
+from .errors import InvalidOptionError, RedisRefusedError, RedisUnavailableError, ValidationError
 from .options import Duration, to_seconds
 
 #: Seconds a producer's URL-made connection has to connect (TCP plus handshake).
@@ -422,16 +423,29 @@ def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: 
     return client
 
 
-#: What a producer call reports as :class:`RedisUnavailableError` (see :func:`raise_unavailable`).
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+#: What a producer call may report as :class:`RedisUnavailableError` (see
+#: :func:`raise_unavailable`, which sorts them with the one rule, ``_retry.classify``).
+UNREACHABLE = TRANSIENT
 
 
 def raise_unavailable(exc: Exception, address: str) -> NoReturn:
-    """Re-raise ``exc``, a connection error or timeout of a producer call, as a
-    :class:`RedisUnavailableError` naming ``address`` (an authentication error, or one that
-    already is a ``RedisUnavailableError``, is raised as it is)."""
-    if isinstance(exc, (RedisUnavailableError, *_AUTH_ERRORS)):
+    """Re-raise ``exc``, a failed producer call, by the one rule for Redis errors: a refusal
+    (BUSY, LOADING, OOM, a failover...) as :class:`RedisRefusedError` (nothing was added), a
+    lost connection or timeout as :class:`RedisUnavailableError` (the outcome is unknown), each
+    naming ``address``; anything else (a script error, an authentication error, one already
+    raised as an echomq error) as it is."""
+    kind = classify(exc)
+    if kind is None or isinstance(exc, (RedisUnavailableError, *_AUTH_ERRORS)):
         raise exc
+    if kind is Outage.REFUSED:
+        reply = refused_reply(exc)
+        raise RedisRefusedError(
+            f"Redis at {address} refused the call for now ({reply}: {str(exc).rstrip('.')}); "
+            "nothing was added, and the same call may be sent again once Redis is past it "
+            "(a running script, a restart loading its data, memory, a failover)",
+            address=address,
+            reply=reply,
+        ) from exc
     raise RedisUnavailableError(
         f"cannot reach Redis at {address}, or it did not answer: {str(exc).rstrip('.')}. "
         "Check that a Redis server runs at that address and that this host can reach it; if "

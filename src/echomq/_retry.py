@@ -1,32 +1,100 @@
-"""Retrying Redis calls of background loops (worker, events reader): log, back off, try again."""
+"""The one rule for Redis errors, and the one backoff: used by producers, workers, events
+readers and the dashboard.
+
+:func:`classify` sorts a failed call into one of three kinds:
+
+* **refused** (:attr:`Outage.REFUSED`): Redis answered but did not run the call, because of a
+  state that passes: ``BUSY`` (another client's script runs), ``LOADING`` (a restart reads its
+  data), ``OOM`` under ``noeviction``, ``TRYAGAIN`` / ``CLUSTERDOWN`` / ``MASTERDOWN`` (a
+  failover), ``READONLY`` (a demoted primary), ``MISCONF`` (persistence failing). The same
+  call can be sent again later, and nothing was written.
+* **reply lost** (:attr:`Outage.REPLY_LOST`): the connection broke, timed out or carried a
+  garbled reply, or could not be opened. A call already written ran entirely or not at all (a
+  script is atomic), and the caller cannot tell which.
+* **final** (``None``): anything else, e.g. a script error proper. Sending the same call
+  again would fail the same way.
+
+Background loops (worker, events reader) wait out the first two with :class:`RetryBackoff`;
+a producer raises them at once as :class:`~echomq.RedisRefusedError` (nothing was added) or
+:class:`~echomq.RedisUnavailableError` (the job may have been added).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    InvalidResponse,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
-#: Errors a worker loop survives by logging and trying again later: the server went away,
-#: restarted, killed a connection, or a script failed.
+#: Errors a background loop survives by logging and trying again later: the server went
+#: away, restarted, killed a connection, or a script failed.
 TRANSIENT = (RedisError, OSError, asyncio.TimeoutError)
 
-#: Errors worth retrying the *same* call for: the connection, not the data, is at fault.
-#: A script error (ResponseError) would fail again the same way, so it is not retried
-#: blindly (a failover's READONLY reply is the exception).
-RETRYABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError, asyncio.TimeoutError)
+#: Error replies (first word) of server states that pass.
+_REFUSED_CODES = ("BUSY", "LOADING", "OOM", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF")
+_REFUSED_CLASSES = (BusyLoadingError, OutOfMemoryError, TryAgainError, ClusterDownError)
+_LOST = (RedisConnectionError, RedisTimeoutError, InvalidResponse, OSError, asyncio.TimeoutError)
+
+
+class Outage(enum.Enum):
+    """How a call failed, when the failure is the server's state and not the call."""
+
+    REFUSED = "refused"
+    REPLY_LOST = "reply lost"
+
+
+def classify(exc: BaseException) -> Outage | None:
+    """The kind of outage ``exc`` reports, or None when it is final (not an outage)."""
+    if isinstance(exc, _REFUSED_CLASSES):  # LOADING is a ConnectionError: test it first
+        return Outage.REFUSED
+    if isinstance(exc, _LOST):
+        return Outage.REPLY_LOST
+    if isinstance(exc, ReadOnlyError):
+        return Outage.REFUSED
+    if isinstance(exc, ResponseError) and str(exc).startswith(_REFUSED_CODES):
+        return Outage.REFUSED
+    return None
+
+
+#: The reply word of the refusals redis-py turns into classes of their own (it strips it).
+_REFUSED_REPLIES: tuple[tuple[type[BaseException], str], ...] = (
+    (BusyLoadingError, "LOADING"),
+    (OutOfMemoryError, "OOM"),
+    (TryAgainError, "TRYAGAIN"),
+    (ClusterDownError, "CLUSTERDOWN"),
+    (ReadOnlyError, "READONLY"),
+)
+
+
+def refused_reply(exc: BaseException) -> str:
+    """The first word of a refusal's error reply (``"OOM"``, ``"BUSY"``...)."""
+    for cls, word in _REFUSED_REPLIES:
+        if isinstance(exc, cls):
+            text = str(exc)
+            return "MASTERDOWN" if text.startswith("MASTERDOWN") else word
+    return str(exc).split(" ", 1)[0]
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether repeating the same call may succeed."""
-    return isinstance(exc, RETRYABLE) or not isinstance(exc, ResponseError)
+    """Whether repeating the same call may succeed (an outage, refused or reply lost)."""
+    return classify(exc) is not None
 
 
 class RetryBackoff:
@@ -46,10 +114,14 @@ class RetryBackoff:
         """Forget past failures."""
         self._next = self._first
 
+    def advance(self) -> float:
+        """The delay to wait now; the next one doubles, up to the cap."""
+        delay, self._next = self._next, min(self._next * 2, self._cap)
+        return delay
+
     async def sleep(self) -> None:
         """Wait the current delay, then double it up to the cap."""
-        delay, self._next = self._next, min(self._next * 2, self._cap)
-        await asyncio.sleep(delay)
+        await asyncio.sleep(self.advance())
 
 
 async def retrying(
@@ -60,8 +132,8 @@ async def retrying(
 ) -> T | None:
     """Run ``call`` until it succeeds; None if the worker began stopping meanwhile.
 
-    Connection trouble is retried with backoff; a script error (ResponseError) propagates,
-    since repeating the same call would fail the same way.
+    Outages (see :func:`classify`) are retried with backoff; a final error propagates, since
+    repeating the same call would fail the same way.
     """
     backoff = backoff or RetryBackoff()
     while True:

@@ -10,7 +10,9 @@ Tree::
     │   └── PayloadError                          not JSON-serialisable, or over size_limit
     ├── ConnectionNotOpenError                    a job or queue used after its connection closed
     ├── RedisUnavailableError                     Redis not reached in time (also redis's
-    │                                             ConnectionError)
+    │   │                                         ConnectionError)
+    │   └── RedisRefusedError                     Redis refused the call for now (BUSY, LOADING,
+    │                                             OOM...): nothing was added
     ├── ScriptError                               a script refused a state change (has .code)
     │   ├── JobNotFoundError          (-1)
     │   ├── LockError
@@ -97,6 +99,24 @@ class RedisUnavailableError(EchoMQError, redis.exceptions.ConnectionError):
 
     def __repr__(self) -> str:  # redis-py's own repr shows only the class name
         return f"{type(self).__name__}({str(self)!r})"
+
+
+class RedisRefusedError(RedisUnavailableError):
+    """Redis answered a producer call but refused to run it, for a state that passes.
+
+    ``BUSY`` (another client's script runs), ``LOADING`` (a restart reads its data), ``OOM``
+    (out of memory under ``noeviction``), ``TRYAGAIN`` / ``CLUSTERDOWN`` / ``MASTERDOWN`` (a
+    failover), ``READONLY`` (a demoted primary) or ``MISCONF`` (persistence failing). Unlike
+    its parent's other cases, nothing was added: the same call may be sent again later.
+
+    Attributes:
+        address: as for :class:`RedisUnavailableError`.
+        reply: the first word of Redis's error reply, e.g. ``"OOM"``.
+    """
+
+    def __init__(self, message: str, *, address: str = "", reply: str = "") -> None:
+        super().__init__(message, address=address)
+        self.reply = reply
 
 
 class ScriptError(EchoMQError):

@@ -34,7 +34,7 @@ from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from .._fail_fast import connect_budget
-from .._retry import TRANSIENT, RetryBackoff, retrying, stop_tasks
+from .._retry import TRANSIENT, Outage, RetryBackoff, classify, retrying, stop_tasks
 from .._run_state import RunState
 from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
@@ -53,7 +53,7 @@ from ._lifecycle import Lifecycle, WorkerState
 from ._locks import LockRenewer
 from ._manual import ManualFetcher, ManualMixin
 from ._metrics import install as install_metrics
-from ._outages import Outage, OutageLog, call_through_outages, classify
+from ._outages import OutageLog, call_through_outages
 from ._pool import ProcessPool
 from ._pooling import check_pool_options, warn_at_start_up
 from ._schedulers import SchedulerContinuer

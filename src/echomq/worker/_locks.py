@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from .._connection import AsyncConn
-from .._retry import TRANSIENT
+from .._retry import TRANSIENT, RetryBackoff
 from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
 
@@ -68,6 +68,7 @@ class LockRenewer:
         eat the lock's remaining time.
         """
         delay = self._interval
+        backoff = RetryBackoff(first=0.05, cap=self._interval)
         failures = 0
         while keep_going():
             await asyncio.sleep(delay)
@@ -79,7 +80,8 @@ class LockRenewer:
                         "lock renewal failed (%s: %s); retrying", type(exc).__name__, exc
                     )
                 failures += 1
-                delay = min(0.025 * 2 ** min(failures, 10), self._interval)
+                delay = backoff.advance()
                 continue
             failures = 0
+            backoff.reset()
             delay = self._interval

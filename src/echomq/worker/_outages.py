@@ -1,14 +1,11 @@
 """Waiting out transient server states, so that a finished job's outcome is never dropped.
 
-A worker call can fail in two ways that say nothing about the job:
-
-* **refused**: Redis answered but did not run the call: ``BUSY`` (another client's script is
-  running), ``LOADING`` (a restart is reading its data), ``OOM`` under ``noeviction``,
-  ``TRYAGAIN``/``CLUSTERDOWN``/``MASTERDOWN`` (a failover), ``READONLY`` (a demoted primary),
-  ``MISCONF`` (persistence failing). The same call can simply be sent again later.
-* **reply lost**: the connection broke or timed out after the call was written. The call ran
-  entirely or not at all (a script is atomic), and we cannot tell which. Only a call made safe
-  to resend may be sent again (finishAndFetch's resend mode; see its script header).
+A worker call can fail in two ways that say nothing about the job (the one classification of
+Redis errors is :func:`echomq._retry.classify`): Redis **refused** it for now (BUSY, LOADING,
+OOM, a failover...), and the same call can simply be sent again later; or its **reply was
+lost** (the connection broke or timed out after the call was written): the call ran entirely
+or not at all (a script is atomic), and we cannot tell which. Only a call made safe to resend
+may be sent again (finishAndFetch's resend mode; see its script header).
 
 Anything else (a script error proper) is not an outage and is raised to the caller.
 :func:`call_through_outages` retries with backoff for as long as its ``give_up`` callback
@@ -19,53 +16,20 @@ costs no duplicate.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import (
-    BusyLoadingError,
-    ClusterDownError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from .._retry import RetryBackoff
+from .._retry import Outage, RetryBackoff, classify
 
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
-#: Error replies (first word) of server states that pass.
-_REFUSED_CODES = ("BUSY", "LOADING", "OOM", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "MISCONF")
-_REFUSED_CLASSES = (BusyLoadingError, OutOfMemoryError, TryAgainError, ClusterDownError)
 #: Seconds between two warnings about the same outage.
 _WARN_EVERY = 5.0
 
-
-class Outage(enum.Enum):
-    """How a call failed, when the failure is the server's state and not the call."""
-
-    REFUSED = "refused"
-    REPLY_LOST = "reply lost"
-
-
-def classify(exc: BaseException) -> Outage | None:
-    """The kind of outage ``exc`` reports, or None when it is not one."""
-    if isinstance(exc, _REFUSED_CLASSES):  # LOADING is a ConnectionError: test it first
-        return Outage.REFUSED
-    if isinstance(exc, (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)):
-        return Outage.REPLY_LOST
-    if isinstance(exc, ReadOnlyError):
-        return Outage.REFUSED
-    if isinstance(exc, ResponseError) and str(exc).startswith(_REFUSED_CODES):
-        return Outage.REFUSED
-    return None
+__all__ = ["OutageLog", "call_through_outages"]
 
 
 class OutageLog:
