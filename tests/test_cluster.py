@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster as SyncRedisCluster
 from redis.crc import key_slot
 
 import echomq
+import echomq.sync
 from echomq import JobOptions, JobState, Queue, Worker, ops
 from echomq.ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
@@ -314,3 +315,30 @@ async def test_flows_on_a_cluster(cluster: RedisCluster) -> None:
 
 async def _finished_children(cluster: RedisCluster, tag: str, parent_id: str) -> bool:
     return bool(await cluster.hlen(f"{tag}:videos:{parent_id}:processed") == 2)
+
+
+def cluster_url(redis_cluster: list[str]) -> str:
+    hosts = ",".join(url.split("://")[1].split("/")[0] for url in redis_cluster)
+    return f"redis+cluster://{hosts}"
+
+
+async def test_the_cluster_url_form_everywhere_a_url_is_taken(redis_cluster: list[str]) -> None:
+    """``redis+cluster://host:port,...``: the API opens (and closes) cluster clients for it, and
+    the untagged-queue refusal holds there too."""
+    url = cluster_url(redis_cluster)
+    name = f"{{url-{uuid.uuid4().hex[:8]}}}"
+    done: list[str] = []
+
+    async def record(job: echomq.Job) -> None:
+        done.append(job.id)
+
+    added = await echomq.add(name, "a", {}, connection=url)
+    async with Worker(name, record, connection=url):
+        await wait_for(lambda: bool(done), timeout=10, message="the job ran")
+    assert done == [added.id]
+    async with Queue(name, connection=url) as q:
+        assert await q.get_state(added.id) is JobState.COMPLETED
+    job = echomq.sync.add(name, "sync", {}, connection=url)
+    assert echomq.sync.get_state(name, job.id, connection=url) == "waiting"
+    with pytest.raises(echomq.EchoMQError, match="{"):
+        await echomq.add(f"plain-{uuid.uuid4().hex[:8]}", "a", {}, connection=url)

@@ -17,8 +17,11 @@ from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
 
 import echomq
+import echomq.sync
 from _sentinel import SERVICE, SentinelSetup
-from echomq import Job, Queue, QueueEvents, RedisUnavailableError, Worker
+from echomq import Job, Queue, QueueEvents, RedisUnavailableError, ValidationError, Worker
+from echomq._fail_fast import redact_url
+from echomq._topology import parse
 from helpers import wait_for
 
 
@@ -90,3 +93,79 @@ async def test_errors_name_the_service_and_the_sentinels(
     for host, port in redis_sentinel.sentinels:
         assert f"{host}:{port}" in message
     assert "localhost:6379" not in message
+
+
+def sentinel_url(setup: SentinelSetup, service: str = SERVICE) -> str:
+    hosts = ",".join(f"{host}:{port}" for host, port in setup.sentinels)
+    return f"redis+sentinel://{hosts}/{service}"
+
+
+async def test_the_sentinel_url_form_everywhere_a_url_is_taken(
+    redis_sentinel: SentinelSetup, queue_name: str
+) -> None:
+    """``redis+sentinel://host:port,.../service``: each component opens (and closes) its own
+    Sentinel-managed clients, as for any URL."""
+    url = sentinel_url(redis_sentinel)
+    done: list[str] = []
+
+    async def record(job: Job) -> str:
+        done.append(job.id)
+        return "ok"
+
+    added = await echomq.add(queue_name, "first", {}, connection=url)
+    async with (
+        QueueEvents(queue_name, connection=url) as events,
+        Queue(queue_name, connection=url) as queue,
+        Worker(queue_name, record, connection=url),
+    ):
+        second = await queue.add("second", {})
+        assert await second.wait_until_finished(events, timeout=10) == "ok"
+        assert await added.wait_until_finished(events, timeout=10) == "ok"
+    sync_job = echomq.sync.add(queue_name, "sync", {}, connection=url)
+    assert echomq.sync.get_state(queue_name, sync_job.id, connection=url) == "waiting"
+    assert sorted(done, key=int) == [added.id, second.id]
+
+
+async def test_a_client_from_a_sentinel_url_names_the_service_in_its_errors(
+    redis_sentinel: SentinelSetup, queue_name: str
+) -> None:
+    url = sentinel_url(redis_sentinel, "no-such-service")
+    client = echomq.client_from_url(url)
+    try:
+        with pytest.raises(RedisUnavailableError, match="service no-such-service via sentinels"):
+            await echomq.add(queue_name, "x", {}, connection=client)
+    finally:
+        await client.aclose()
+        for sentinel in client.connection_pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis+sentinel://127.0.0.1:26379", "the service name is missing"),
+        ("redis+sentinel://127.0.0.1/mymaster", "'127.0.0.1' is not host:port"),
+        ("redis+sentinel://h:1/mymaster/x", "is not /service_name[/db]"),
+        ("redis+sentinel://h:1/mymaster?password=x", "unknown option(s) password"),
+        ("redis+cluster://h:1/0", "a cluster has no database number"),
+        ("redis+cluster://h:99999", "'h:99999' is not host:port"),
+        ("sentinel://h:1/mymaster", "must start with redis://"),
+    ],
+)
+def test_a_malformed_topology_url_is_refused_before_anything_connects(url: str, why: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        echomq.client_from_url(url)
+    assert why in str(raised.value)
+
+
+def test_topology_urls_are_parsed_and_their_passwords_masked() -> None:
+    url = "rediss+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2:26380/orders/2?sentinel_password=pw"
+    t = parse(url)
+    assert (t.kind, t.tls, t.service, t.db) == ("sentinel", True, "orders", 2)
+    assert t.nodes == (("10.0.0.1", 26379), ("10.0.0.2", 26380))
+    assert (t.username, t.password, t.sentinel_password) == ("app", "s3cret", "pw")
+    masked = redact_url(url)
+    assert "s3cret" not in masked and "pw" not in masked.split("?")[1]
+    assert masked.startswith("rediss+sentinel://app:***@10.0.0.1:26379,10.0.0.2:26380/orders/2")
+    c = parse("redis+cluster://node-1:7000,node-2:7001")
+    assert (c.kind, c.tls, c.nodes) == ("cluster", False, (("node-1", 7000), ("node-2", 7001)))

@@ -20,6 +20,7 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 
+from . import _topology as topology
 from ._fail_fast import (
     async_client_from_url,
     redact_url,
@@ -213,10 +214,9 @@ class AsyncConn(_Addressed):
         """
         client = self.client
         if isinstance(client, redis.asyncio.cluster.RedisCluster):
-            nodes = [
-                redis.asyncio.cluster.ClusterNode(node.host, node.port)
-                for node in client.get_primaries()
-            ]
+            # the primaries once the client knows the cluster, else its startup nodes
+            known = client.get_primaries() or list(client.nodes_manager.startup_nodes.values())
+            nodes = [redis.asyncio.cluster.ClusterNode(node.host, node.port) for node in known]
             accepted = _cluster_parameters()
             options: dict[str, Any] = {
                 k: v for k, v in {**client.connection_kwargs, **overrides}.items() if k in accepted
@@ -254,7 +254,7 @@ class AsyncConn(_Addressed):
         if channel is not None:
             await channel.aclose()
         if client is not None and self.owned:
-            await client.aclose()
+            await topology.aclose(client)
 
 
 #: The sync twin of :data:`FirstUse`.
@@ -328,4 +328,4 @@ class SyncConn(_Addressed):
         client, self._client = self._client, None
         self.first_use = None
         if client is not None and self.owned:
-            client.close()
+            topology.close(client)

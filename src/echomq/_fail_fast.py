@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -43,6 +43,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import _topology as topology
 from ._retry import TRANSIENT, Outage, classify, refused_reply
 from .errors import InvalidOptionError, RedisRefusedError, RedisUnavailableError, ValidationError
 from .options import Duration, to_seconds
@@ -54,10 +55,16 @@ _SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def check_url(url: str) -> None:
-    """Refuse a URL redis-py would not open (only its three schemes)."""
+    """Refuse a URL no client would open: redis-py's three schemes, or a Sentinel or Cluster
+    URL (``_topology``), which is parsed here so that a malformed one is refused at once."""
+    if topology.is_topology_url(url):
+        topology.parse(url)
+        return
     if not url.startswith(_SCHEMES):
         raise ValidationError(
-            f"connection URL {url!r} must start with redis://, rediss:// or unix://"
+            f"connection URL {url!r} must start with redis://, rediss:// or unix:// (one "
+            "node), redis+sentinel:// or rediss+sentinel:// (Sentinel), redis+cluster:// or "
+            "rediss+cluster:// (Cluster)"
         )
 
 
@@ -66,6 +73,8 @@ def check_url(url: str) -> None:
 
 def redact_url(url: str) -> str:
     """``url`` with its password (in the userinfo or a ``password=`` query) shown as ``***``."""
+    if topology.is_topology_url(url):
+        return topology.redact(url)
     parts = urlsplit(url)
     netloc, query = parts.netloc, parts.query
     if parts.password is None and "password=" not in query:
@@ -85,7 +94,13 @@ def redact_url(url: str) -> str:
 
 
 def url_address(url: str) -> str:
-    """The server a URL points to: ``host:port`` (port 6379 when omitted) or the socket path."""
+    """The server a URL points to: ``host:port`` (port 6379 when omitted), the socket path, or
+    a Sentinel service or a Cluster with their nodes."""
+    if topology.is_topology_url(url):
+        try:
+            return topology.parse(url).address
+        except ValidationError:
+            return topology.redact(url)
     parts = urlsplit(url)
     if parts.scheme == "unix":
         return parts.path
@@ -390,12 +405,17 @@ def async_client_from_url(
     """An async client for ``url``; with ``connect_timeout``, one whose connections fail fast.
 
     Args:
-        url: a ``redis://``, ``rediss://`` or ``unix://`` URL.
-        connect_timeout: seconds (or timedelta) for TCP plus handshake, or None for
-            redis-py's own defaults.
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a Sentinel or Cluster URL
+            (``_topology``).
+        connect_timeout: seconds (or timedelta) for TCP plus handshake (for Sentinel and
+            Cluster: for each TCP connect), or None for redis-py's own defaults.
         **options: more keyword arguments for redis-py's ``from_url``.
     """
     check_url(url)
+    if topology.is_topology_url(url):
+        budget = None if connect_timeout is None else connect_budget(connect_timeout)
+        made = topology.async_client(topology.parse(url), budget, options)
+        return cast(redis.asyncio.Redis, made)  # a RedisCluster is accepted wherever this is
     if connect_timeout is None:
         return redis.asyncio.Redis.from_url(url, **options)
     retry = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
@@ -411,6 +431,10 @@ def async_client_from_url(
 def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: Any) -> redis.Redis:
     """The sync twin of :func:`async_client_from_url`."""
     check_url(url)
+    if topology.is_topology_url(url):
+        budget = None if connect_timeout is None else connect_budget(connect_timeout)
+        made = topology.sync_client(topology.parse(url), budget, options)
+        return cast(redis.Redis, made)  # a RedisCluster is accepted wherever this is
     if connect_timeout is None:
         return redis.Redis.from_url(url, **options)
     retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)

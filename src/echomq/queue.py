@@ -135,14 +135,21 @@ def client_from_url(
     otherwise). Replies are waited for as redis-py's ``socket_timeout`` says. Nothing connects
     until the first command; you own the client: ``await client.aclose()``.
 
+    Sentinel and Cluster have URL forms of their own (docs/deployment.md):
+    ``redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db]`` gives a
+    Sentinel-managed client (``rediss+sentinel://`` for TLS to the data nodes; the options
+    ``sentinel_username`` / ``sentinel_password`` when the Sentinels' credentials differ), and
+    ``redis+cluster://[user:password@]host:port[,host:port...]`` (or ``rediss+cluster://``) a
+    ``RedisCluster``; ``connect_timeout`` then bounds each TCP connect.
+
     Args:
-        url: a ``redis://``, ``rediss://`` or ``unix://`` URL.
+        url: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a Sentinel or Cluster URL.
         connect_timeout: seconds or a timedelta; raise it for a slow or distant link.
         **redis_options: more keyword arguments for redis-py's ``Redis.from_url`` (e.g.
             ``decode_responses``, ``socket_timeout``, ``client_name``).
 
     Raises:
-        ValidationError: not a ``redis://``, ``rediss://`` or ``unix://`` URL, or a
+        ValidationError: not one of those URL forms (the message says what is wrong), or a
             ``connection_class`` option.
         InvalidOptionError: ``connect_timeout`` is not a positive duration.
     """
