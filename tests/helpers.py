@@ -6,6 +6,9 @@
 - :func:`wait_for` polls a condition against a deadline; tests synchronise on it instead of
   sleeping.
 - :func:`close_sync_cluster` closes a sync ``RedisCluster`` without leaking sockets.
+- :func:`spans_named` picks the finished OpenTelemetry spans of one name.
+- :func:`queue_key` spells a queue's Redis key under the default ``bull`` prefix, for tests that
+  read or change Redis directly.
 """
 
 from __future__ import annotations
@@ -27,6 +30,23 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 Snapshot = dict[bytes, tuple[bytes, bytes]]
+
+
+def queue_key(queue: str, suffix: str) -> str:
+    """The Redis key ``bull:<queue>:<suffix>`` of a queue under the default prefix.
+
+    Written out here rather than taken from ``echomq.protocol.keys``, so a test that reads Redis
+    through it also checks the key layout BullMQ uses.
+
+    Args:
+        queue: The queue name.
+        suffix: A state or structure (``"wait"``, ``"events"``, ``"meta"``), a job id, or a job
+            id with its own suffix (``"7:lock"``); may be a SCAN glob (``"*:lock"``).
+
+    Returns:
+        The key.
+    """
+    return f"bull:{queue}:{suffix}"
 
 
 def _as_bytes(value: bytes | str) -> bytes:

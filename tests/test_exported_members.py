@@ -1,8 +1,9 @@
 """The public surface: ``echomq.__all__`` is sorted and complete; everything public has docs.
 
-Like httpx ``tests/test_exported_members.py``: a name added to the package namespace without
-being exported (or exported without existing) fails here, as does a public callable without a
-docstring (STYLE.md "Public API", "Typing, naming, docstrings").
+A name added to the package namespace without being exported (or exported without existing)
+fails here, as does a public callable without a docstring: everything public is re-exported from
+``echomq/__init__.py`` through a sorted ``__all__``, ``protocol``, ``scripts``, ``ops`` and ``_*``
+modules stay internal, and everything public carries a docstring.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def test_star_import_gives_exactly_all() -> None:
 
 
 def test_exports_cover_the_documented_entry_points() -> None:
-    # The one obvious entry (STYLE.md) and the exception roots must stay public.
+    # ``echomq.add`` is the one obvious way to enqueue: it, the classes behind it and the
+    # exception roots must stay public.
     for name in ("add", "add_bulk", "Queue", "Worker", "Job", "JobOptions", "EchoMQError"):
         assert name in echomq.__all__
     assert issubclass(echomq.ValidationError, echomq.EchoMQError)

@@ -454,6 +454,7 @@ async def test_get_flow_reads_the_tree(redis: Redis, queue_name: str) -> None:
         assert b.children[0].job.queue_name == queue_name + "-x"
         shallow = await flows.get_flow(added.job.id, queue_name, depth=2)
         assert shallow is not None
+        assert sorted(c.job.name for c in shallow.children) == ["b", "c"]
         assert all(c.children == [] for c in shallow.children)
         assert await flows.get_flow("missing", queue_name) is None
         with pytest.raises(ValidationError, match="depth"):

@@ -169,9 +169,10 @@ def _import_alone(name: str) -> tuple[str, str]:
 
 
 def _extra_missing(error: str) -> bool:
-    """An optional integration whose framework is not installed here may only fail with the
-    pip command to run (STYLE.md); tests/test_django_backend.py imports the Django ones where
-    Django 6 is installed."""
+    """An optional integration whose framework is not installed here may only fail with an
+    ImportError that names the ``pip install 'echomq[...]'`` command to run (the rule for every
+    optional extra); tests/test_django_backend.py imports the Django ones where Django 6 is
+    installed."""
     return error.startswith("ImportError:") and "pip install 'echomq[" in error
 
 

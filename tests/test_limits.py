@@ -25,17 +25,9 @@ import echomq
 import echomq.sync
 from echomq import InvalidOptionError, Job, Queue, QueueMeta, RateLimit, Worker
 from echomq.cli import main
-from helpers import snapshot, snapshot_sync, wait_for
+from helpers import queue_key, snapshot, snapshot_sync, wait_for
 
 MANUAL = b"9007199254740991"
-
-
-def meta_key(queue: str) -> str:
-    return f"bull:{queue}:meta"
-
-
-def limiter_key(queue: str) -> str:
-    return f"bull:{queue}:limiter"
 
 
 # -- global concurrency ----------------------------------------------------------------------
@@ -46,13 +38,13 @@ async def test_global_concurrency_is_the_meta_field(redis: Redis, queue_name: st
         assert await q.get_global_concurrency() is None
         assert await q.remove_global_concurrency() is False
         await q.set_global_concurrency(3)
-        assert await redis.hgetall(meta_key(queue_name)) == {b"concurrency": b"3"}
+        assert await redis.hgetall(queue_key(queue_name, "meta")) == {b"concurrency": b"3"}
         assert await q.get_global_concurrency() == 3
         await q.set_global_concurrency(1)
         assert await q.get_global_concurrency() == 1
         assert await q.remove_global_concurrency() is True
         assert await q.get_global_concurrency() is None
-    assert not await redis.exists(meta_key(queue_name))
+    assert not await redis.exists(queue_key(queue_name, "meta"))
 
 
 async def test_module_functions_share_the_fields(redis: Redis, queue_name: str) -> None:
@@ -60,7 +52,7 @@ async def test_module_functions_share_the_fields(redis: Redis, queue_name: str) 
     await echomq.set_global_rate_limit(queue_name, 4, timedelta(milliseconds=250), connection=redis)
     assert await echomq.get_global_concurrency(queue_name, connection=redis) == 2
     assert await echomq.get_global_rate_limit(queue_name, connection=redis) == RateLimit(4, 0.25)
-    raw = await redis.hmget(meta_key(queue_name), "concurrency", "max", "duration")
+    raw = await redis.hmget(queue_key(queue_name, "meta"), "concurrency", "max", "duration")
     assert raw == [b"2", b"4", b"250"]
     assert await echomq.remove_global_rate_limit(queue_name, connection=redis) is True
     assert await echomq.remove_global_concurrency(queue_name, connection=redis) is True
@@ -93,19 +85,22 @@ async def test_global_rate_limit_is_stored_in_milliseconds(redis: Redis, queue_n
         assert await q.get_global_rate_limit() is None
         assert await q.remove_global_rate_limit() is False
         await q.set_global_rate_limit(10, 1.5)
-        assert await redis.hgetall(meta_key(queue_name)) == {b"max": b"10", b"duration": b"1500"}
+        assert await redis.hgetall(queue_key(queue_name, "meta")) == {
+            b"max": b"10",
+            b"duration": b"1500",
+        }
         assert await q.get_global_rate_limit() == RateLimit(max=10, duration=1.5)
         await q.set_global_rate_limit(1, timedelta(minutes=1))
-        assert await redis.hget(meta_key(queue_name), "duration") == b"60000"
+        assert await redis.hget(queue_key(queue_name, "meta"), "duration") == b"60000"
         await q.set_global_rate_limit(1, 0.0001)  # under a millisecond: the shortest window
-        assert await redis.hget(meta_key(queue_name), "duration") == b"1"
+        assert await redis.hget(queue_key(queue_name, "meta"), "duration") == b"1"
         assert await q.remove_global_rate_limit() is True
         assert await q.get_global_rate_limit() is None
-    assert not await redis.exists(meta_key(queue_name))
+    assert not await redis.exists(queue_key(queue_name, "meta"))
 
 
 async def test_a_global_rate_limit_needs_both_fields(redis: Redis, queue_name: str) -> None:
-    await redis.hset(meta_key(queue_name), "max", "5")
+    await redis.hset(queue_key(queue_name, "meta"), "max", "5")
     async with Queue(queue_name, connection=redis) as q:
         assert await q.get_global_rate_limit() is None
         meta = await q.get_meta()
@@ -120,11 +115,11 @@ async def test_rate_limit_sets_the_limiter_key(redis: Redis, queue_name: str) ->
     async with Queue(queue_name, connection=redis) as q:
         assert await q.get_rate_limit_ttl() == 0.0
         await q.rate_limit(2)
-        assert await redis.get(limiter_key(queue_name)) == MANUAL
-        assert 1900 < await redis.pttl(limiter_key(queue_name)) <= 2000
+        assert await redis.get(queue_key(queue_name, "limiter")) == MANUAL
+        assert 1900 < await redis.pttl(queue_key(queue_name, "limiter")) <= 2000
         assert 1.9 < await q.get_rate_limit_ttl() <= 2.0
         await q.rate_limit(timedelta(milliseconds=300))
-        assert 0 < await redis.pttl(limiter_key(queue_name)) <= 300
+        assert 0 < await redis.pttl(queue_key(queue_name, "limiter")) <= 300
         assert await q.remove_rate_limit_key() is True
         assert await q.remove_rate_limit_key() is False
         assert await q.get_rate_limit_ttl() == 0.0
@@ -132,7 +127,7 @@ async def test_rate_limit_sets_the_limiter_key(redis: Redis, queue_name: str) ->
 
 async def test_rate_limit_ttl_tests_the_count_against_max(redis: Redis, queue_name: str) -> None:
     # The window of a global limit of 1 with one job counted (what a fetch leaves).
-    await redis.set(limiter_key(queue_name), 1, px=2000)
+    await redis.set(queue_key(queue_name, "limiter"), 1, px=2000)
     async with Queue(queue_name, connection=redis) as q:
         assert 1.9 < await q.get_rate_limit_ttl() <= 2.0  # no max anywhere: the raw TTL
         assert await q.get_rate_limit_ttl(2) == 0.0  # count 1 < 2: not limited
@@ -144,7 +139,7 @@ async def test_rate_limit_ttl_tests_the_count_against_max(redis: Redis, queue_na
         assert 1.9 < await q.get_rate_limit_ttl(1) <= 2.0  # the argument beats meta max
         ttl = await echomq.get_rate_limit_ttl(queue_name, 1, connection=redis)
         assert 1.9 < ttl <= 2.0
-        await redis.persist(limiter_key(queue_name))  # a key without TTL limits nothing
+        await redis.persist(queue_key(queue_name, "limiter"))  # a key without TTL limits nothing
         assert await q.get_rate_limit_ttl(1) == 0.0
 
 
@@ -181,7 +176,7 @@ async def test_get_meta_decodes_every_field(redis: Redis, queue_name: str) -> No
         await q.pause()
         await q.set_global_concurrency(4)
         await q.set_global_rate_limit(9, 0.75)
-        await redis.hset(meta_key(queue_name), "version", "bullmq:6.7.0")
+        await redis.hset(queue_key(queue_name, "meta"), "version", "bullmq:6.7.0")
         meta = await q.get_meta()
     assert meta == QueueMeta(
         paused=True,
@@ -252,8 +247,8 @@ BAD_CALLS: list[tuple[str, Callable[[Queue], Any], str]] = [
 async def test_bad_arguments_write_nothing(
     redis: Redis, queue_name: str, call: Callable[[Queue], Any], message: str
 ) -> None:
-    await redis.hset(meta_key(queue_name), mapping={"concurrency": "7", "max": "3"})
-    await redis.set(limiter_key(queue_name), 2)
+    await redis.hset(queue_key(queue_name, "meta"), mapping={"concurrency": "7", "max": "3"})
+    await redis.set(queue_key(queue_name, "limiter"), 2)
     before = await snapshot(redis, f"bull:{queue_name}:*")
     async with Queue(queue_name, connection=redis) as q:
         with pytest.raises(InvalidOptionError, match=re.escape(message)):
@@ -262,7 +257,7 @@ async def test_bad_arguments_write_nothing(
 
 
 def test_sync_bad_arguments_write_nothing(sync_redis: SyncRedis, queue_name: str) -> None:
-    sync_redis.hset(meta_key(queue_name), "concurrency", "7")
+    sync_redis.hset(queue_key(queue_name, "meta"), "concurrency", "7")
     before = snapshot_sync(sync_redis, f"bull:{queue_name}:*")
     with pytest.raises(InvalidOptionError, match="global concurrency must be an int >= 1"):
         echomq.sync.set_global_concurrency(queue_name, 0, connection=sync_redis)
@@ -282,12 +277,12 @@ def test_sync_queue_sets_and_reads_the_same_keys(sync_redis: SyncRedis, queue_na
         q.set_global_concurrency(2)
         q.set_global_rate_limit(3, 0.5)
         q.rate_limit(1)
-        assert sync_redis.hgetall(meta_key(queue_name)) == {
+        assert sync_redis.hgetall(queue_key(queue_name, "meta")) == {
             b"concurrency": b"2",
             b"max": b"3",
             b"duration": b"500",
         }
-        assert sync_redis.get(limiter_key(queue_name)) == MANUAL
+        assert sync_redis.get(queue_key(queue_name, "limiter")) == MANUAL
         assert q.get_global_concurrency() == 2
         assert q.get_global_rate_limit() == RateLimit(3, 0.5)
         # A manual rate limit holds MAX_SAFE_INTEGER, above any max: limited.
@@ -431,7 +426,7 @@ def test_cli_limits_refuses_bad_values(
 ) -> None:
     client = SyncRedis.from_url(redis_url)
     try:
-        client.hset(meta_key(queue_name), "concurrency", "9")
+        client.hset(queue_key(queue_name, "meta"), "concurrency", "9")
         before = snapshot_sync(client, f"bull:{queue_name}:*")
         assert main(["queue", queue_name, "limits", *bad, "--url", redis_url]) == 2
         assert capsys.readouterr().err

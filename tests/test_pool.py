@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 import echomq
 from echomq import InvalidOptionError, Job, Worker, WorkerOptions
 from echomq.cli import main
-from helpers import wait_for
+from helpers import queue_key, wait_for
 from procs import pool as procs
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,19 +31,15 @@ pytestmark = pytest.mark.timeout(60)
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
 
 
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
-
-
 async def state_count(r: Redis, queue: str, state: str, n: int, timeout: float = 20) -> None:
     async def enough() -> bool:
-        return bool(await r.zcard(key(queue, state)) >= n)
+        return bool(await r.zcard(queue_key(queue, state)) >= n)
 
     await wait_for(enough, timeout=timeout, message=f"{n} job(s) {state}")
 
 
 async def hash_of(r: Redis, queue: str, job_id: str) -> dict[str, str]:
-    h = await r.hgetall(key(queue, job_id))
+    h = await r.hgetall(queue_key(queue, job_id))
     return {k.decode(): v.decode() for k, v in h.items()}
 
 
@@ -74,9 +70,9 @@ async def test_progress_and_logs_from_a_child_land_in_redis(redis: Redis, queue_
     h = await hash_of(redis, queue_name, job.id)
     assert json.loads(h["progress"]) == {"done": True}
     assert h["returnvalue"] == "2"  # log() answered the line count to the child
-    logs = await redis.lrange(key(queue_name, f"{job.id}:logs"), 0, -1)
+    logs = await redis.lrange(queue_key(queue_name, f"{job.id}:logs"), 0, -1)
     assert logs[0].startswith(b"child ") and logs[1] == b"second line"
-    events = await redis.xrange(key(queue_name, "events"))
+    events = await redis.xrange(queue_key(queue_name, "events"))
     progress = [f[b"data"] for _, f in events if f[b"event"] == b"progress"]
     assert [json.loads(p) for p in progress] == [50, {"done": True}]
 
@@ -120,7 +116,7 @@ async def test_a_child_killed_mid_job_fails_only_its_job_which_is_retried(
     assert (v["atm"], json.loads(v["returnvalue"])) == ("2", second)
     assert (o["atm"], json.loads(o["returnvalue"])) == ("1", int(other_pid.read_text()))
     assert "failedReason" not in o
-    assert await redis.zcard(key(queue_name, "failed")) == 0
+    assert await redis.zcard(queue_key(queue_name, "failed")) == 0
 
 
 async def test_a_child_that_exits_fails_its_job_with_its_exit_code(
@@ -143,7 +139,7 @@ async def test_max_tasks_per_child_recycles_children(redis: Redis, queue_name: s
         queue_name, procs.pid, connection=redis, processes=1, max_tasks_per_child=2, **FAST
     ):
         await state_count(redis, queue_name, "completed", 6)
-    ids = [m.decode() for m in await redis.zrange(key(queue_name, "completed"), 0, -1)]
+    ids = [m.decode() for m in await redis.zrange(queue_key(queue_name, "completed"), 0, -1)]
     pids = [int((await hash_of(redis, queue_name, i))["returnvalue"]) for i in ids]
     assert sorted(Counter(pids).values()) == [2, 2, 2]
 
@@ -197,12 +193,12 @@ async def test_a_job_running_in_a_child_at_close_goes_back_to_wait(
     job = await echomq.add(queue_name, "s", {"seconds": 30}, connection=redis)
     worker = Worker(queue_name, procs.sleep, connection=redis, processes=1, close_grace=0.2, **FAST)
     async with worker:
-        await wait_for(lambda: redis.lrange(key(queue_name, "active"), 0, -1), timeout=20)
+        await wait_for(lambda: redis.lrange(queue_key(queue_name, "active"), 0, -1), timeout=20)
         assert worker._pool is not None
         pids = worker._pool.pids
         started = time.monotonic()
     assert time.monotonic() - started < 5
-    assert await redis.lrange(key(queue_name, "wait"), 0, -1) == [job.id.encode()]
+    assert await redis.lrange(queue_key(queue_name, "wait"), 0, -1) == [job.id.encode()]
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
 
@@ -245,17 +241,54 @@ async def test_processes_zero_keeps_threads(redis: Redis, queue_name: str) -> No
     async with worker:
         await state_count(redis, queue_name, "completed", 1)
         assert worker._pool is None
-    ids = await redis.zrange(key(queue_name, "completed"), 0, -1)
+    ids = await redis.zrange(queue_key(queue_name, "completed"), 0, -1)
     assert (await hash_of(redis, queue_name, ids[0].decode()))["returnvalue"] == str(os.getpid())
 
 
 async def test_concurrency_above_processes_waits_for_a_free_child(
     redis: Redis, queue_name: str
 ) -> None:
-    await echomq.add_bulk(queue_name, [("b", {"ms": 50}) for _ in range(6)], connection=redis)
-    async with Worker(queue_name, procs.busy, connection=redis, processes=1, concurrency=3, **FAST):
-        await state_count(redis, queue_name, "completed", 6)
-    await asyncio.sleep(0)
+    processes, concurrency = 2, 4
+    jobs = await echomq.add_bulk(
+        queue_name, [("b", {"ms": 100}) for _ in range(8)], connection=redis
+    )
+    worker = Worker(
+        queue_name,
+        procs.busy,
+        connection=redis,
+        processes=processes,
+        concurrency=concurrency,
+        **FAST,
+    )
+
+    async def all_slots_taken() -> bool:
+        return bool(await redis.llen(queue_key(queue_name, "active")) == concurrency)
+
+    async with worker:
+        # The worker holds as many jobs as its concurrency (active, locked) ...
+        await wait_for(all_slots_taken, timeout=20, message=f"{concurrency} jobs active at once")
+        await state_count(redis, queue_name, "completed", len(jobs))
+        assert worker._pool is not None
+        children = set(worker._pool.pids)
+    # ... but runs at most one per child: the others waited for a free child.
+    runs = [json.loads((await hash_of(redis, queue_name, j.id))["returnvalue"]) for j in jobs]
+    assert {r["pid"] for r in runs} <= children and len(children) == processes
+    assert os.getpid() not in children
+    by_child: dict[int, list[dict[str, Any]]] = {}
+    for r in sorted(runs, key=lambda r: r["start"]):
+        by_child.setdefault(r["pid"], []).append(r)
+    for pid, mine in by_child.items():  # a child starts a job only after its last one ended
+        for before, after in zip(mine, mine[1:]):
+            assert after["start"] >= before["end"], (pid, before, after)
+    # At no moment did more jobs run than there are children (an end before a start at a tie).
+    edges = sorted([(r["start"], 1) for r in runs] + [(r["end"], -1) for r in runs])
+    running = [sum(step for _, step in edges[: i + 1]) for i in range(len(edges))]
+    assert max(running) <= processes, edges
+    # Each job past the first ``processes`` started only after an earlier one had ended.
+    starts = sorted(r["start"] for r in runs)
+    ends = sorted(r["end"] for r in runs)
+    for k, start in enumerate(starts[processes:]):
+        assert start >= ends[k], (k, starts, ends)
 
 
 async def test_the_cli_runs_a_pool_with_processes(
@@ -274,7 +307,7 @@ async def test_the_cli_runs_a_pool_with_processes(
     try:
         await echomq.add_bulk(queue_name, [("p", {}) for _ in range(4)], connection=redis)
         await state_count(redis, queue_name, "completed", 4)
-        ids = await redis.zrange(key(queue_name, "completed"), 0, -1)
+        ids = await redis.zrange(queue_key(queue_name, "completed"), 0, -1)
         pids = {int((await hash_of(redis, queue_name, i.decode()))["returnvalue"]) for i in ids}
         assert proc.pid not in pids and 1 <= len(pids) <= 2
         proc.send_signal(signal.SIGTERM)

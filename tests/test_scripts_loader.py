@@ -1,9 +1,9 @@
 """The script registry (``echomq.scripts``): loading, key-count checks, NOSCRIPT recovery.
 
-STYLE.md "Protocol, Lua and the script loader": each file is read once, includes are inlined
-once and deterministically, the SHA1 is of the final text, calls are EVALSHA with a reload on
-NOSCRIPT, and :func:`~echomq.scripts.ensure_loaded` makes a MULTI/EXEC safe after a flush.
-These tests flush the script cache of the server the suite started (never another one).
+The loader's rules: each file is read once, includes are inlined once and deterministically,
+the SHA1 is of the final text, calls are EVALSHA with a reload on NOSCRIPT, and
+:func:`~echomq.scripts.ensure_loaded` makes a MULTI/EXEC safe after a flush. These tests flush
+the script cache of the server the suite started (never another one).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from echomq import (
     Worker,
     WorkerOptions,
 )
-from helpers import wait_for
+from helpers import queue_key, wait_for
 from procs import pool as procs
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,18 +31,14 @@ pytestmark = pytest.mark.timeout(60)
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
 
 
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
-
-
 async def hash_of(r: Redis, queue: str, job_id: str) -> dict[str, str]:
-    h = await r.hgetall(key(queue, job_id))
+    h = await r.hgetall(queue_key(queue, job_id))
     return {k.decode(): v.decode() for k, v in h.items()}
 
 
 async def state_count(r: Redis, queue: str, state: str, n: int, timeout: float = 20) -> None:
     async def enough() -> bool:
-        return bool(await r.zcard(key(queue, state)) >= n)
+        return bool(await r.zcard(queue_key(queue, state)) >= n)
 
     await wait_for(enough, timeout=timeout, message=f"{n} job(s) {state}")
 
@@ -214,7 +210,7 @@ async def test_a_pooled_jobs_deadline_starts_when_a_child_takes_it(
         queue_name, procs.sleep, connection=redis, processes=1, concurrency=2, **FAST
     ):
         await state_count(redis, queue_name, "completed", 2)  # the second waited ~0.5 s first
-    assert await redis.zcard(key(queue_name, "failed")) == 0
+    assert await redis.zcard(queue_key(queue_name, "failed")) == 0
 
 
 async def test_a_pool_larger_than_concurrency_is_reported_at_start_up(

@@ -4,8 +4,8 @@ Every refused call is wrapped in :func:`refused`: it takes a :func:`helpers.snap
 database (which already holds jobs of the queue, so "unchanged" means something), checks the
 exception class, that it is an ``echomq.ValidationError`` and a ``ValueError``, that its message
 names the field or value and what is allowed, and that Redis is byte-for-byte the same afterwards
-(docs/protocol/keys.md#job-ids, docs/protocol/options.md#validation; STYLE.md "Job model and
-configuration").
+(docs/protocol/keys.md#job-ids, docs/protocol/options.md#validation). The rule: options are
+validated before anything is written, and an error names the field, the value and what is allowed.
 """
 
 from __future__ import annotations

@@ -21,13 +21,9 @@ from redis.asyncio import Redis
 import echomq
 from echomq.embedded import RedisServer
 from echomq.worker import WorkerState
-from helpers import wait_for
+from helpers import queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
 
 
 class Runs:
@@ -50,11 +46,11 @@ class Runs:
 
 
 async def completed_ids(r: Redis, queue: str) -> list[str]:
-    return sorted(m.decode() for m in await r.zrange(key(queue, "completed"), 0, -1))
+    return sorted(m.decode() for m in await r.zrange(queue_key(queue, "completed"), 0, -1))
 
 
 async def completed_events(r: Redis, queue: str) -> Counter[str]:
-    entries = await r.xrange(key(queue, "events"))
+    entries = await r.xrange(queue_key(queue, "events"))
     return Counter(f[b"jobId"].decode() for _, f in entries if f[b"event"] == b"completed")
 
 
@@ -95,7 +91,7 @@ async def test_graceful_close_keeps_locks_so_no_job_runs_twice(
     assert runs.started == Counter(dict.fromkeys(ids, 1)), "a job ran twice"
     assert await completed_events(redis, queue_name) == Counter(dict.fromkeys(ids, 1))
     for job_id in ids:
-        assert await redis.hget(key(queue_name, job_id), "atm") == b"1"
+        assert await redis.hget(queue_key(queue_name, job_id), "atm") == b"1"
 
 
 async def test_forced_end_of_grace_hands_jobs_back_to_wait_at_once(
@@ -110,13 +106,13 @@ async def test_forced_end_of_grace_hands_jobs_back_to_wait_at_once(
         await wait_for(lambda: runs.started[job.id] == 1, timeout=10)
         began = time.monotonic()
     assert time.monotonic() - began < 5
-    assert await redis.lrange(key(queue_name, "wait"), 0, -1) == [job.id.encode()]
-    assert await redis.llen(key(queue_name, "active")) == 0
-    assert not await redis.exists(key(queue_name, f"{job.id}:lock"))
-    fields = await redis.hmget(key(queue_name, job.id), "atm", "ats")
+    assert await redis.lrange(queue_key(queue_name, "wait"), 0, -1) == [job.id.encode()]
+    assert await redis.llen(queue_key(queue_name, "active")) == 0
+    assert not await redis.exists(queue_key(queue_name, f"{job.id}:lock"))
+    fields = await redis.hmget(queue_key(queue_name, job.id), "atm", "ats")
     assert fields[0] in (None, b"0"), "the cut attempt is not counted as made"
     assert fields[1] == b"1", "it was started once"
-    events = await redis.xrange(key(queue_name, "events"))
+    events = await redis.xrange(queue_key(queue_name, "events"))
     assert any(
         f[b"event"] == b"waiting" and f.get(b"prev") == b"active" and f[b"jobId"] == job.id.encode()
         for _, f in events
@@ -233,7 +229,7 @@ async def test_locks_are_renewed_and_outcomes_recorded_when_redis_is_out_of_memo
 
 
 async def redis_field(r: Redis, queue: str, job_id: str, field: str) -> str | None:
-    value = await r.hget(key(queue, job_id), field)
+    value = await r.hget(queue_key(queue, job_id), field)
     return None if value is None else value.decode()
 
 

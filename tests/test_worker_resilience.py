@@ -20,16 +20,12 @@ from redis.asyncio import Redis
 import echomq
 from echomq import Job, Worker
 from echomq.embedded import RedisServer
-from helpers import wait_for
+from helpers import queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
 WORKER = "res"
 FAST: dict[str, Any] = {"lock_duration": 1.0, "stalled_interval": 0.5}
-
-
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
 
 
 def blocking_name(queue: str) -> str:
@@ -88,7 +84,7 @@ async def command_clients(r: Redis) -> list[dict[str, Any]]:
 
 
 async def completed(r: Redis, queue: str, n: int) -> None:
-    await wait_for(lambda: _zcard_is(r, key(queue, "completed"), n), timeout=15)
+    await wait_for(lambda: _zcard_is(r, queue_key(queue, "completed"), n), timeout=15)
 
 
 async def _zcard_is(r: Redis, name: str, n: int) -> bool:
@@ -96,18 +92,18 @@ async def _zcard_is(r: Redis, name: str, n: int) -> bool:
 
 
 async def assert_completed_once(r: Redis, queue: str, ids: list[str]) -> None:
-    members = sorted(m.decode() for m in await r.zrange(key(queue, "completed"), 0, -1))
+    members = sorted(m.decode() for m in await r.zrange(queue_key(queue, "completed"), 0, -1))
     assert members == sorted(ids)
     events = [
         f[b"jobId"].decode()
-        for _, f in await r.xrange(key(queue, "events"))
+        for _, f in await r.xrange(queue_key(queue, "events"))
         if f[b"event"] == b"completed"
     ]
     assert sorted(events) == sorted(ids), "exactly one completed event per job"
-    assert await r.llen(key(queue, "active")) == 0
-    assert await r.llen(key(queue, "wait")) == 0
+    assert await r.llen(queue_key(queue, "active")) == 0
+    assert await r.llen(queue_key(queue, "wait")) == 0
     for job_id in ids:
-        assert await r.hget(key(queue, job_id), "returnvalue") == f'"done-{job_id}"'.encode()
+        assert await r.hget(queue_key(queue, job_id), "returnvalue") == f'"done-{job_id}"'.encode()
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -274,7 +270,9 @@ async def test_server_restart_while_jobs_flow(
         concurrency=3,
         **FAST,
     ):
-        await wait_for(lambda: _zcard_at_least(tester, key(queue_name, "completed"), 5), timeout=10)
+        await wait_for(
+            lambda: _zcard_at_least(tester, queue_key(queue_name, "completed"), 5), timeout=10
+        )
         if how == "restart":
             await asyncio.to_thread(server.restart)
         else:
@@ -282,9 +280,9 @@ async def test_server_restart_while_jobs_flow(
             await asyncio.sleep(0.3)  # the server stays down a while, with jobs running
             await asyncio.to_thread(server.start)
         await tester.connection_pool.disconnect()  # the test's own connection died too
-        await wait_for(lambda: _zcard_is(tester, key(queue_name, "completed"), n), timeout=20)
+        await wait_for(lambda: _zcard_is(tester, queue_key(queue_name, "completed"), n), timeout=20)
     await assert_completed_once(tester, queue_name, ids)
-    assert await tester.zcard(key(queue_name, "failed")) == 0
+    assert await tester.zcard(queue_key(queue_name, "failed")) == 0
     assert warnings_of(caplog), f"the server {how} was not logged"
 
 
@@ -301,17 +299,16 @@ async def test_wrongtype_job_key_before_fetch_is_logged_and_skipped(
     caplog.set_level(logging.INFO, logger="echomq")
     jobs = await echomq.add_bulk(queue_name, [("j", {}) for _ in range(3)], connection=redis)
     bad = jobs[1].id
-    await redis.delete(key(queue_name, bad))
-    await redis.set(key(queue_name, bad), "planted")  # WRONGTYPE for every hash command
+    await redis.delete(queue_key(queue_name, bad))
+    await redis.set(queue_key(queue_name, bad), "planted")  # WRONGTYPE for every hash command
     rec = Recorder()
     async with Worker(queue_name, rec, connection=redis, drain_delay=0.2, **FAST):
-        await wait_for(lambda: _zcard_is(redis, key(queue_name, "completed"), 2), timeout=10)
+        await wait_for(lambda: _zcard_is(redis, queue_key(queue_name, "completed"), 2), timeout=10)
         later = await echomq.add(queue_name, "later", {}, connection=redis)
-        await wait_for(lambda: _zcard_is(redis, key(queue_name, "completed"), 3), timeout=10)
+        await wait_for(lambda: _zcard_is(redis, queue_key(queue_name, "completed"), 3), timeout=10)
     good = [jobs[0].id, jobs[2].id, later.id]
-    assert sorted(m.decode() for m in await redis.zrange(key(queue_name, "completed"), 0, -1)) == (
-        sorted(good)
-    )
+    completed = await redis.zrange(queue_key(queue_name, "completed"), 0, -1)
+    assert sorted(m.decode() for m in completed) == sorted(good)
     assert bad not in rec.runs
     assert any("WRONGTYPE" in m for m in warnings_of(caplog)), warnings_of(caplog)
 
@@ -326,19 +323,18 @@ async def test_wrongtype_job_key_while_running_does_not_wedge_the_worker(
     async with Worker(queue_name, rec, connection=redis, drain_delay=0.2, **FAST):
         await asyncio.wait_for(rec.started.wait(), 5)
         # the job hash is replaced while the processor runs: recording its outcome must fail
-        await redis.delete(key(queue_name, victim.id))
-        await redis.set(key(queue_name, victim.id), "planted")
+        await redis.delete(queue_key(queue_name, victim.id))
+        await redis.set(queue_key(queue_name, victim.id), "planted")
         rec.gate.set()
         await wait_for(lambda: any("WRONGTYPE" in m for m in warnings_of(caplog)), timeout=5)
         others = await echomq.add_bulk(queue_name, [("o", {}) for _ in range(3)], connection=redis)
         await wait_for(
-            lambda: _zcard_is(redis, key(queue_name, "completed"), 3),
+            lambda: _zcard_is(redis, queue_key(queue_name, "completed"), 3),
             timeout=8,
             message=f"jobs added after the script error never completed; runs={rec.runs}",
         )
-    assert sorted(m.decode() for m in await redis.zrange(key(queue_name, "completed"), 0, -1)) == (
-        sorted(j.id for j in others)
-    )
+    completed = await redis.zrange(queue_key(queue_name, "completed"), 0, -1)
+    assert sorted(m.decode() for m in completed) == sorted(j.id for j in others)
 
 
 async def test_script_error_before_any_write_does_not_wedge_the_worker(
@@ -351,12 +347,12 @@ async def test_script_error_before_any_write_does_not_wedge_the_worker(
     async with Worker(queue_name, rec, connection=redis, drain_delay=0.2, **FAST):
         await asyncio.wait_for(rec.started.wait(), 5)
         # completing checks <job>:dependencies before it writes anything: WRONGTYPE every time
-        await redis.set(key(queue_name, f"{victim.id}:dependencies"), "planted")
+        await redis.set(queue_key(queue_name, f"{victim.id}:dependencies"), "planted")
         rec.gate.set()
         await wait_for(lambda: any("WRONGTYPE" in m for m in warnings_of(caplog)), timeout=5)
         await echomq.add_bulk(queue_name, [("o", {}) for _ in range(3)], connection=redis)
         await wait_for(
-            lambda: _zcard_is(redis, key(queue_name, "completed"), 3),
+            lambda: _zcard_is(redis, queue_key(queue_name, "completed"), 3),
             timeout=8,
             message=f"jobs added after the script error never completed; runs={rec.runs}",
         )
@@ -367,10 +363,10 @@ async def test_no_false_not_recorded_warning_after_a_fetch_script_error(
 ) -> None:
     caplog.set_level(logging.INFO, logger="echomq")
     jobs = await echomq.add_bulk(queue_name, [("j", {}) for _ in range(3)], connection=redis)
-    await redis.delete(key(queue_name, jobs[1].id))
-    await redis.set(key(queue_name, jobs[1].id), "planted")
+    await redis.delete(queue_key(queue_name, jobs[1].id))
+    await redis.set(queue_key(queue_name, jobs[1].id), "planted")
     async with Worker(queue_name, Recorder(), connection=redis, drain_delay=0.2, **FAST):
-        await wait_for(lambda: _zcard_is(redis, key(queue_name, "completed"), 2), timeout=10)
-    assert await redis.zscore(key(queue_name, "completed"), jobs[0].id) is not None
+        await wait_for(lambda: _zcard_is(redis, queue_key(queue_name, "completed"), 2), timeout=10)
+    assert await redis.zscore(queue_key(queue_name, "completed"), jobs[0].id) is not None
     false_alarms = [m for m in warnings_of(caplog) if "not recorded" in m]
     assert false_alarms == []

@@ -32,7 +32,7 @@ from nodepeer import NodePeer
 import echomq
 from _procs import WorkerProcs, runs
 from echomq import FlowJob, FlowProducer, Job, JobNode, WaitingChildrenError, Worker
-from helpers import wait_for
+from helpers import queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -76,10 +76,6 @@ def procs(tmp_path: Path, redis_url: str) -> Iterator[WorkerProcs]:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def jkey(queue: str, job_id: str) -> str:
-    return f"bull:{queue}:{job_id}"
 
 
 async def hash_of(r: Redis, key: str) -> dict[str, str]:
@@ -204,7 +200,7 @@ async def comparable_hash(
     r: Redis, queue: str, job_id: str, rename: dict[str, str]
 ) -> dict[str, Any]:
     """A job hash of a side's run with the clocks taken out and names renamed (old -> new)."""
-    h = await hash_of(r, jkey(queue, job_id))
+    h = await hash_of(r, queue_key(queue, job_id))
     out: dict[str, Any] = {}
     for k, v in h.items():
         if k in CLOCK_HASH_FIELDS:
@@ -386,8 +382,8 @@ NODE_THREE_LEVELS = {
 def expected_values(ids: dict[str, str], queues: dict[str, str]) -> dict[str, Any]:
     """What R and c1 of THREE_LEVELS must read as their children's values."""
     a, b = queues["A"], queues["B"]
-    c1 = {jkey(b, ids["g1"]): {"v": "g1"}, jkey(a, ids["g2"]): {"v": "g2"}}
-    r = {jkey(a, ids["c1"]): c1, jkey(b, ids["c2"]): {"v": "c2"}}
+    c1 = {queue_key(b, ids["g1"]): {"v": "g1"}, queue_key(a, ids["g2"]): {"v": "g2"}}
+    r = {queue_key(a, ids["c1"]): c1, queue_key(b, ids["c2"]): {"v": "c2"}}
     return {"R": r, "c1": c1}
 
 
@@ -490,7 +486,9 @@ async def test_node_flow_run_by_python_workers_and_read_by_both(
     assert first is not None and second is not None
     assert tree_of_py(first)["children"] == []
     assert [c["children"] for c in tree_of_py(second)["children"]] == [[], []]
-    assert await children_values_from_redis(redis, jkey(queues["A"], ids["R"])) == expected["R"]
+    assert (
+        await children_values_from_redis(redis, queue_key(queues["A"], ids["R"])) == expected["R"]
+    )
 
 
 async def test_flows_across_prefixes_run_by_the_other_side(
@@ -647,7 +645,7 @@ async def test_mixed_fleet_runs_every_flow_job_once_parents_last(
     parents: dict[str, list[str]] = {q: [] for q in queues.values()}
     for q in queues.values():
         for job_id in [_s(i) for i in await redis.zrange(f"bull:{q}:completed", 0, -1)]:
-            parent_key = jkey(q, job_id)
+            parent_key = queue_key(q, job_id)
             values = await children_values_from_redis(redis, parent_key)
             if not values:
                 continue
@@ -694,7 +692,7 @@ def policy_flow(queue: str, policy: str | None) -> FlowJob:
 
 def policy_outcome(queue: str, policy: str | None) -> dict[str, Any]:
     """What the parent must look like once `good` completed and `bad` failed."""
-    good, bad = jkey(queue, "good"), jkey(queue, "bad")
+    good, bad = queue_key(queue, "good"), queue_key(queue, "bad")
     deps: dict[str, Any] = {
         "processed": {good: "ok"},
         "unprocessed": [],
@@ -861,13 +859,13 @@ async def test_stalled_child_fails_its_parent_like_node(
     assert report["invocations"] == [], "Node ran a job it must fail without running"
 
     for q in (py_q, node_q):
-        parent = await hash_of(redis, jkey(q, parents[q]))
-        child = await hash_of(redis, jkey(q, "c"))
-        assert parent["failedReason"] == f"child {jkey(q, 'c')} failed", q
+        parent = await hash_of(redis, queue_key(q, parents[q]))
+        child = await hash_of(redis, queue_key(q, "c"))
+        assert parent["failedReason"] == f"child {queue_key(q, 'c')} failed", q
         assert child["failedReason"] == STALLED_REASON, q
         assert "defa" not in parent and "defa" not in child
-        assert await redis.zrange(jkey(q, parents[q]) + ":unsuccessful", 0, -1) == [
-            jkey(q, "c").encode()
+        assert await redis.zrange(queue_key(q, parents[q]) + ":unsuccessful", 0, -1) == [
+            queue_key(q, "c").encode()
         ]
     for job_id in ("P", "c"):
         ours, theirs = [
@@ -972,11 +970,11 @@ async def test_parent_release_paths_match_node(peers: PeerFactory, redis: Redis)
         assert views[0] == views[1], (job_id, views)
     for queues in sides.values():
         a = queues["A"]
-        assert await redis.exists(jkey(a, "k4")) == 0
-        assert await redis.hgetall(jkey(a, "r4") + ":processed") == {
-            jkey(a, "k4").encode(): b'"k-ok"'
+        assert await redis.exists(queue_key(a, "k4")) == 0
+        assert await redis.hgetall(queue_key(a, "r4") + ":processed") == {
+            queue_key(a, "k4").encode(): b'"k-ok"'
         }
-        assert (await hash_of(redis, jkey(a, "r3")))["failedReason"] == (
+        assert (await hash_of(redis, queue_key(a, "r3")))["failedReason"] == (
             "Job r3 has pending dependencies. moveToFinished"
         )
     py_events = flow_events(await events_of(redis, sides["py"]["A"]), {py_a: "Q"})
@@ -1057,12 +1055,12 @@ async def test_late_child_failures_match_node(peers: PeerFactory, redis: Redis, 
         assert ours == theirs, (job_id, ours, theirs)
     for q in (py_q, node_q):
         for part in ("failed", "unsuccessful", "processed", "dependencies"):
-            assert await redis.type(jkey(q, "P") + ":" + part) == (
-                await redis.type(jkey(py_q, "P") + ":" + part)
+            assert await redis.type(queue_key(q, "P") + ":" + part) == (
+                await redis.type(queue_key(py_q, "P") + ":" + part)
             )
-    reason = (await hash_of(redis, jkey(py_q, "P")))["failedReason"]
+    reason = (await hash_of(redis, queue_key(py_q, "P")))["failedReason"]
     if case == "delayed":
-        assert reason == f"child {jkey(py_q, 'c2')} failed"
+        assert reason == f"child {queue_key(py_q, 'c2')} failed"
     else:
         assert (
             reason
@@ -1115,9 +1113,9 @@ async def test_fail_parent_child_failing_while_its_parent_waits_matches_node(
     node = sides["node"]
     children = await peers(node["A"]).work(count=2, behaviour={"*": {"fail": "boom"}}, **NODE_FAST)
     assert children["reason"] == "count", children
-    assert (await hash_of(redis, jkey(node["B"], "P")))[
+    assert (await hash_of(redis, queue_key(node["B"], "P")))[
         "defa"
-    ] == f"child {jkey(node['A'], 'c2')} failed"
+    ] == f"child {queue_key(node['A'], 'c2')} failed"
     parent = await peers(node["B"]).work(count=1, behaviour={"*": {"fail": "ran"}}, **NODE_FAST)
     assert parent["invocations"] == []
 
@@ -1129,8 +1127,8 @@ async def test_fail_parent_child_failing_while_its_parent_waits_matches_node(
             for queues in sides.values()
         ]
         assert ours == theirs, (job_id, ours, theirs)
-    assert (await hash_of(redis, jkey(py["B"], "P")))["failedReason"] == (
-        f"child {jkey(py['A'], 'c2')} failed"
+    assert (await hash_of(redis, queue_key(py["B"], "P")))["failedReason"] == (
+        f"child {queue_key(py['A'], 'c2')} failed"
     )
     for label in ("A", "B"):
         py_events, node_events = [
@@ -1269,9 +1267,9 @@ async def test_step_jobs_wait_for_children_across_runtimes(
     async with Worker(py_b, kid, connection=redis, **FAST):
         report = await node.result(30)
     assert report["reason"] == "count", report
-    values = {jkey(py_b, "k0"): 0, jkey(py_b, "k1"): 10}
+    values = {queue_key(py_b, "k0"): 0, queue_key(py_b, "k1"): 10}
     assert [i.get("moved") for i in report["invocations"]] == [True, None]
-    node_parent_hash = await hash_of(redis, jkey(node_a, node_parent.id))
+    node_parent_hash = await hash_of(redis, queue_key(node_a, node_parent.id))
     assert json.loads(node_parent_hash["returnvalue"]) == values
     assert await node_parent.get_children_values() == values
 
@@ -1302,8 +1300,8 @@ async def test_step_jobs_wait_for_children_across_runtimes(
     got = await peers(py_a).get_job(py_parent_id)
     assert got is not None
     assert got["json"]["returnvalue"] == {
-        jkey(node_b, "k0"): {"i": 0},
-        jkey(node_b, "k1"): {"i": 1},
+        queue_key(node_b, "k0"): {"i": 0},
+        queue_key(node_b, "k1"): {"i": 1},
     }
     node_values = await peers(py_a).call("jobMethod", id=py_parent_id, method="getChildrenValues")
     assert node_values == got["json"]["returnvalue"]
@@ -1409,12 +1407,12 @@ async def test_same_flow_from_node_and_python_producers_leaves_the_same_keys(
     assert await redis.zrange(f"bull:{a}:prioritized", 0, -1) == [b"p-1"]
     assert set(await redis.zrange(f"bull:{b}:delayed", 0, -1)) == {b"h-1", dp.encode()}
     assert await redis.zrange(f"bull:{a}:delayed", 0, -1) == [later.encode()]
-    assert await redis.smembers(jkey(a, root) + ":dependencies") == {
-        jkey(b, mid).encode(),
-        jkey(a, later).encode(),
-        jkey(a, "p-1").encode(),
-        jkey(b, plain).encode(),
-        jkey(b, dp).encode(),
+    assert await redis.smembers(queue_key(a, root) + ":dependencies") == {
+        queue_key(b, mid).encode(),
+        queue_key(a, later).encode(),
+        queue_key(a, "p-1").encode(),
+        queue_key(b, plain).encode(),
+        queue_key(b, dp).encode(),
     }
 
 
@@ -1450,9 +1448,9 @@ async def test_sigkill_during_a_flow_loses_no_child_and_releases_the_parent_once
     second.terminate()
 
     children = [f"c{i}" for i in range(n)]
-    processed = await redis.hgetall(jkey(queue, parent_id) + ":processed")
+    processed = await redis.hgetall(queue_key(queue, parent_id) + ":processed")
     assert {_s(k): json.loads(v) for k, v in processed.items()} == {
-        jkey(queue, c): c for c in children
+        queue_key(queue, c): c for c in children
     }
     completed = {_s(i) for i in await redis.zrange(f"bull:{queue}:completed", 0, -1)}
     assert completed == {*children, parent_id}
@@ -1461,7 +1459,7 @@ async def test_sigkill_during_a_flow_loses_no_child_and_releases_the_parent_once
     done = Counter(e["jobId"] for e in evs if e["event"] == "completed")
     assert done == Counter({**dict.fromkeys(children, 1), parent_id: 1})
     for c in children:
-        assert (await hash_of(redis, jkey(queue, c)))["atm"] == "1"
+        assert (await hash_of(redis, queue_key(queue, c)))["atm"] == "1"
 
     entries = await runs(redis, queue)
     order = [job_id for job_id, _ in entries]
@@ -1470,8 +1468,8 @@ async def test_sigkill_during_a_flow_loses_no_child_and_releases_the_parent_once
     assert all(order.count(c) == (2 if c in held else 1) for c in children), (order, held)
     pids = {pid for _, pid in entries}
     assert pids == {first.pid, second.pid}
-    parent = await hash_of(redis, jkey(queue, parent_id))
-    finished = [int((await hash_of(redis, jkey(queue, c)))["finishedOn"]) for c in children]
+    parent = await hash_of(redis, queue_key(queue, parent_id))
+    finished = [int((await hash_of(redis, queue_key(queue, c)))["finishedOn"]) for c in children]
     assert int(parent["processedOn"]) >= max(finished)
     assert releases(evs, parent_id) == [
         {"event": "waiting", "jobId": parent_id, "prev": "waiting-children"}

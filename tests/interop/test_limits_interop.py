@@ -25,6 +25,7 @@ from nodepeer import NodePeer
 
 import echomq
 from echomq import Queue, QueueMeta, RateLimit
+from helpers import queue_key
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -43,10 +44,6 @@ async def twin(redis_url: str) -> AsyncIterator[NodePeer]:
     """A second, empty queue driven from Node (for side-by-side comparisons)."""
     async with NodePeer(redis_url, f"q-{uuid4().hex[:12]}") as p:
         yield p
-
-
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
 
 
 def queue_call(method: str, *args: Any) -> tuple[str, dict[str, Any]]:
@@ -136,7 +133,7 @@ async def test_python_reads_what_node_sets(peer: NodePeer, redis: Redis) -> None
             "version": meta.version,
         }
         assert node_maxed is False and await q.is_maxed() is False
-        await redis.lpush(key(peer.queue, "active"), "a", "b", "c", "d")
+        await redis.lpush(queue_key(peer.queue, "active"), "a", "b", "c", "d")
         (node_maxed,) = await peer.batch([queue_call("isMaxed")])
         assert node_maxed is True and await q.is_maxed() is True
 
@@ -148,7 +145,7 @@ async def test_python_reads_what_node_sets(peer: NodePeer, redis: Redis) -> None
             ]
         )
         assert limited is None
-        assert await redis.get(key(peer.queue, "limiter")) == b"9007199254740991"
+        assert await redis.get(queue_key(peer.queue, "limiter")) == b"9007199254740991"
         before = await q.get_rate_limit_ttl()
         (node_ttl,) = await peer.batch([queue_call("getRateLimitTtl")])
         after = await q.get_rate_limit_ttl()
@@ -187,7 +184,7 @@ async def test_counts_per_priority_match_node(peer: NodePeer, redis: Redis) -> N
 
 
 async def _dumps(r: Redis, queue: str) -> tuple[bytes | None, bytes | None]:
-    return await r.dump(key(queue, "meta")), await r.dump(key(queue, "limiter"))
+    return await r.dump(queue_key(queue, "meta")), await r.dump(queue_key(queue, "limiter"))
 
 
 async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, redis: Redis) -> None:
@@ -200,7 +197,7 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         )
         await q.set_global_concurrency(3)
         await q.set_global_rate_limit(10, 2.5)
-        assert await redis.hgetall(key(peer.queue, "meta")) == {
+        assert await redis.hgetall(queue_key(peer.queue, "meta")) == {
             b"opts.maxLenEvents": b"10000",
             b"version": b"bullmq:6.7.0",
             b"concurrency": b"3",
@@ -212,8 +209,8 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         await twin.batch([queue_call("rateLimit", 1200)])
         await q.rate_limit(1.2)
         assert await _dumps(redis, peer.queue) == await _dumps(redis, twin.queue)
-        py_pttl = await redis.pttl(key(peer.queue, "limiter"))
-        node_pttl = await redis.pttl(key(twin.queue, "limiter"))
+        py_pttl = await redis.pttl(queue_key(peer.queue, "limiter"))
+        node_pttl = await redis.pttl(queue_key(twin.queue, "limiter"))
         assert 1000 < py_pttl <= 1200 and 0 < node_pttl <= 1200
 
         await twin.batch([queue_call("removeGlobalConcurrency")])
@@ -226,7 +223,7 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         meta, limiter = await _dumps(redis, peer.queue)
         assert (meta, limiter) == await _dumps(redis, twin.queue)
         assert limiter is None
-    assert await redis.hgetall(key(peer.queue, "meta")) == {
+    assert await redis.hgetall(queue_key(peer.queue, "meta")) == {
         b"opts.maxLenEvents": b"10000",
         b"version": b"bullmq:6.7.0",
     }

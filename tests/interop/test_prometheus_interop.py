@@ -120,4 +120,5 @@ async def test_global_labels_parse_like_node(redis: Redis, peer: NodePeer) -> No
         py_text = await q.export_prometheus_metrics(glob)
     node, py = parse(node_text), parse(py_text)
     assert py == node
+    assert py[1], "no samples"
     assert all(dict(lbl)["region"] == glob["region"] for _, lbl in py[1])

@@ -30,7 +30,7 @@ from nodepeer import NodePeer
 import echomq
 from _procs import WorkerProcs, run_counts
 from echomq import Job, UnrecoverableError, Worker
-from helpers import wait_for
+from helpers import queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -59,10 +59,6 @@ def procs(tmp_path: Path, redis_url: str) -> Iterator[WorkerProcs]:
         yield group
 
 
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
-
-
 class Behave:
     """A Python processor doing what the driver's ``work`` ``behaviour`` does (same keys)."""
 
@@ -85,7 +81,9 @@ class Behave:
 
 
 async def final_count(r: Redis, queue: str) -> int:
-    return int(await r.zcard(key(queue, "completed"))) + int(await r.zcard(key(queue, "failed")))
+    return int(await r.zcard(queue_key(queue, "completed"))) + int(
+        await r.zcard(queue_key(queue, "failed"))
+    )
 
 
 async def wait_final(r: Redis, queue: str, n: int, timeout: float = 15) -> None:
@@ -96,7 +94,7 @@ async def wait_final(r: Redis, queue: str, n: int, timeout: float = 15) -> None:
 
 
 async def hash_of(r: Redis, queue: str, job_id: str) -> dict[str, str]:
-    raw = await r.hgetall(key(queue, job_id))
+    raw = await r.hgetall(queue_key(queue, job_id))
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
@@ -236,7 +234,7 @@ async def test_python_job_failed_by_node_then_completed_by_python(
     await node.stop()
     h = await hash_of(redis, peer.queue, job.id)
     assert h["atm"] == "1" and h["failedReason"] == "node says no"
-    assert await redis.zscore(key(peer.queue, "delayed"), job.id) is not None
+    assert await redis.zscore(queue_key(peer.queue, "delayed"), job.id) is not None
 
     behave = Behave({"*": {"return": "python-done"}})
     async with Worker(peer.queue, behave, connection=redis, **FAST):
@@ -259,7 +257,7 @@ async def test_node_job_failed_by_python_then_completed_by_node(
     behave = Behave({"*": {"fail": "python says no"}})
     async with Worker(peer.queue, behave, connection=redis, **FAST):
         await wait_for(
-            lambda: redis.zscore(key(peer.queue, "delayed"), job_id),
+            lambda: redis.zscore(queue_key(peer.queue, "delayed"), job_id),
             timeout=10,
             message="the failed attempt was not moved to delayed",
         )
@@ -306,7 +304,7 @@ async def test_job_of_killed_node_worker_recovered_by_python(peer: NodePeer, red
     job_id = await peer.add("crash", {"v": 3})
     crashed = await peer.start("work", behaviour={"*": {"exitProcessMidJob": True}}, **NODE_FAST)
     assert await crashed.wait() == 137
-    assert await redis.lrange(key(peer.queue, "active"), 0, -1) == [job_id.encode()]
+    assert await redis.lrange(queue_key(peer.queue, "active"), 0, -1) == [job_id.encode()]
     behave = Behave({"*": {"return": "python-recovered"}})
     async with Worker(peer.queue, behave, connection=redis, **FAST):
         await wait_final(redis, peer.queue, 1)
@@ -334,8 +332,8 @@ async def test_deferred_failure_written_by_python_honoured_by_node(
         return "held"
 
     async with Worker(peer.queue, hold, connection=redis, max_stalled_count=0, **FAST):
-        await wait_for(lambda: redis.hget(key(peer.queue, crash.id), "defa"), timeout=10)
-        assert await redis.lrange(key(peer.queue, "wait"), 0, -1) == [crash.id.encode()]
+        await wait_for(lambda: redis.hget(queue_key(peer.queue, crash.id), "defa"), timeout=10)
+        assert await redis.lrange(queue_key(peer.queue, "wait"), 0, -1) == [crash.id.encode()]
         report = await peer.work(count=1, maxStalledCount=0, behaviour={}, **NODE_FAST)
         gate.set()
     assert report["invocations"] == [], "Node ran a job it must fail without running"
@@ -345,7 +343,7 @@ async def test_deferred_failure_written_by_python_honoured_by_node(
     h = await hash_of(redis, peer.queue, crash.id)
     assert h["failedReason"] == STALLED_REASON and "defa" not in h
     assert (await run_counts(redis, peer.queue))[crash.id] == 1
-    assert await redis.hget(key(peer.queue, busy.id), "returnvalue") == b'"held"'
+    assert await redis.hget(queue_key(peer.queue, busy.id), "returnvalue") == b'"held"'
 
 
 async def test_deferred_failure_written_by_node_honoured_by_python(
@@ -360,10 +358,10 @@ async def test_deferred_failure_written_by_node_honoured_by_python(
         "work", maxStalledCount=0, behaviour={"busy": {"hangForever": True}}, **NODE_FAST
     )
     await node.wait_for_event("started", timeout=15)
-    await wait_for(lambda: redis.hget(key(peer.queue, crash_id), "defa"), timeout=10)
+    await wait_for(lambda: redis.hget(queue_key(peer.queue, crash_id), "defa"), timeout=10)
     behave = Behave({"*": {"return": "must not run"}})
     async with Worker(peer.queue, behave, connection=redis, **FAST):
-        await wait_for(lambda: redis.zscore(key(peer.queue, "failed"), crash_id), timeout=10)
+        await wait_for(lambda: redis.zscore(queue_key(peer.queue, "failed"), crash_id), timeout=10)
     node.kill()
     assert behave.invocations == []
     h = await hash_of(redis, peer.queue, crash_id)
@@ -428,15 +426,15 @@ async def test_mixed_fleet_completes_every_job_once(peer: NodePeer, redis: Redis
     assert sorted(w["rawname"].rsplit(suffix, 1)[-1] for w in py_listed) == ["nodew", "pyw"]
     assert all(w["name"] == peer.queue for w in node_listed + py_listed)
 
-    assert await redis.zcard(key(peer.queue, "completed")) == n
-    assert await redis.zcard(key(peer.queue, "failed")) == 0
-    assert await redis.llen(key(peer.queue, "active")) == 0
+    assert await redis.zcard(queue_key(peer.queue, "completed")) == n
+    assert await redis.zcard(queue_key(peer.queue, "failed")) == 0
+    assert await redis.llen(queue_key(peer.queue, "active")) == 0
     node_runs = [i["id"] for i in report["invocations"]]
     py_runs = [job_id for job_id, _ in behave.invocations]
     runs = Counter(node_runs + py_runs)
     assert sorted(runs) == sorted(ids) and set(runs.values()) == {1}
     assert node_runs and py_runs, "both workers took jobs"
-    entries = await redis.xrange(key(peer.queue, "events"), count=10 * n)
+    entries = await redis.xrange(queue_key(peer.queue, "events"), count=10 * n)
     completed = Counter(f[b"jobId"].decode() for _, f in entries if f[b"event"] == b"completed")
     assert set(completed.values()) == {1} and len(completed) == n
     by_worker = {"nodew": set(node_runs), "pyw": set(py_runs)}
@@ -468,7 +466,7 @@ async def test_metrics_read_the_same_from_both_sides(peer: NodePeer, redis: Redi
         await wait_final(redis, peer.queue, 5, timeout=20)
     # move the last boundary 3 minutes back: the next finish closes the minute that held
     # jobs 2..5 (4 of them) and two empty minutes since, newest first
-    metrics_key = key(peer.queue, "metrics:completed")
+    metrics_key = queue_key(peer.queue, "metrics:completed")
     prev_ts = int(await redis.hget(metrics_key, "prevTS") or 0)
     moved_ts = prev_ts - 3 * 60_000
     await redis.hset(metrics_key, mapping={"prevTS": moved_ts, "prevCount": 1})
@@ -502,7 +500,7 @@ async def upsert_every(peer: NodePeer, scheduler: str, every_ms: int) -> None:
 
 async def scheduler_state(r: Redis, queue: str, scheduler: str) -> tuple[int, dict[str, str]]:
     """(score of the scheduler's current iteration, the iteration's hash)."""
-    score = int(await r.zscore(key(queue, "repeat"), scheduler) or 0)
+    score = int(await r.zscore(queue_key(queue, "repeat"), scheduler) or 0)
     return score, await hash_of(r, queue, f"repeat:{scheduler}:{score}")
 
 
@@ -542,10 +540,10 @@ async def test_every_scheduler_continues_on_python_and_node_workers_alike(
     assert iteration_view(py_next, py_score) == iteration_view(node_next, node_score)
     assert json.loads(py_next["opts"])["repeat"] == {"every": every, "count": 2}
     for q, score in ((peer.queue, py_score), (twin.queue, node_score)):
-        assert await redis.hget(key(q, "repeat:s-every"), "ic") == b"2"
-        assert await redis.zscore(key(q, "delayed"), f"repeat:s-every:{score}") is not None
-    events = [f[b"event"] for _, f in await redis.xrange(key(peer.queue, "events"))][-4:]
-    node_events = [f[b"event"] for _, f in await redis.xrange(key(twin.queue, "events"))][-4:]
+        assert await redis.hget(queue_key(q, "repeat:s-every"), "ic") == b"2"
+        assert await redis.zscore(queue_key(q, "delayed"), f"repeat:s-every:{score}") is not None
+    events = [f[b"event"] for _, f in await redis.xrange(queue_key(peer.queue, "events"))][-4:]
+    node_events = [f[b"event"] for _, f in await redis.xrange(queue_key(twin.queue, "events"))][-4:]
     assert events == node_events
 
     # A Node worker takes the iteration Python created (promoted to run now) and goes on.
@@ -555,7 +553,7 @@ async def test_every_scheduler_continues_on_python_and_node_workers_alike(
     third_score, third = await scheduler_state(redis, peer.queue, "s-every")
     assert third_score == py_score + every
     assert json.loads(third["opts"])["repeat"] == {"every": every, "count": 3}
-    assert await redis.hget(key(peer.queue, "repeat:s-every"), "ic") == b"3"
+    assert await redis.hget(queue_key(peer.queue, "repeat:s-every"), "ic") == b"3"
 
 
 async def test_cron_scheduler_continues_on_python_and_node_workers_alike(
@@ -591,7 +589,7 @@ async def test_cron_scheduler_continues_on_python_and_node_workers_alike(
     opts = json.loads(py_next["opts"])
     assert opts["prevMillis"] == py_score and opts["repeat"]["count"] == 2
     for q in (peer.queue, twin.queue):
-        assert await redis.hget(key(q, "repeat:s-cron"), "ic") == b"2"
+        assert await redis.hget(queue_key(q, "repeat:s-cron"), "ic") == b"2"
 
 
 # -- deduplication: keepLastIfActive ----------------------------------------------------------
@@ -600,7 +598,7 @@ KEEP_LAST = {"deduplication": {"id": "kla", "keepLastIfActive": True}}
 
 
 async def active_ids(r: Redis, queue: str) -> list[str]:
-    return [i.decode() for i in await r.lrange(key(queue, "active"), 0, -1)]
+    return [i.decode() for i in await r.lrange(queue_key(queue, "active"), 0, -1)]
 
 
 async def test_keep_last_if_active_job_is_added_when_a_python_worker_finishes_the_owner(
@@ -619,7 +617,7 @@ async def test_keep_last_if_active_job_is_added_when_a_python_worker_finishes_th
     async with Worker(peer.queue, run, connection=redis, **FAST):
         await wait_for(lambda: active_ids(redis, peer.queue), timeout=10)
         later = [await peer.add("next", {"v": v}, KEEP_LAST) for v in (1, 2)]
-        assert await redis.exists(key(peer.queue, "dn:kla")) == 1
+        assert await redis.exists(queue_key(peer.queue, "dn:kla")) == 1
         gate.set()
         await wait_final(redis, peer.queue, 2)
 
@@ -634,8 +632,8 @@ async def test_keep_last_if_active_job_is_added_when_a_python_worker_finishes_th
 
     assert (owner, later) == (node_owner, node_later) == ("1", ["1", "1"])  # deduplicated
     for q in (peer.queue, twin.queue):
-        assert await redis.exists(key(q, "dn:kla"), key(q, "de:kla")) == 0
-        assert await redis.zrange(key(q, "completed"), 0, -1) == [b"1", b"3"]
+        assert await redis.exists(queue_key(q, "dn:kla"), queue_key(q, "de:kla")) == 0
+        assert await redis.zrange(queue_key(q, "completed"), 0, -1) == [b"1", b"3"]
     ours, theirs = await hash_of(redis, peer.queue, "3"), await hash_of(redis, twin.queue, "3")
     skip = {"timestamp", "processedOn", "finishedOn", "returnvalue", "pb"}
     assert {k: v for k, v in ours.items() if k not in skip} == {
@@ -646,6 +644,6 @@ async def test_keep_last_if_active_job_is_added_when_a_python_worker_finishes_th
     def names(entries: list[Any]) -> list[tuple[str, str]]:
         return [(f[b"event"].decode(), f.get(b"jobId", b"").decode()) for _, f in entries]
 
-    py_events = names(await redis.xrange(key(peer.queue, "events")))
-    node_events = names(await redis.xrange(key(twin.queue, "events")))
+    py_events = names(await redis.xrange(queue_key(peer.queue, "events")))
+    node_events = names(await redis.xrange(queue_key(twin.queue, "events")))
     assert py_events == node_events

@@ -18,6 +18,8 @@ from typing import Any
 
 import redis.asyncio
 
+from helpers import queue_key
+
 LISTS = ("wait", "paused", "active")
 ZSETS = ("prioritized", "delayed", "completed", "failed", "waiting-children")
 FINAL = ("completed", "failed")
@@ -27,17 +29,13 @@ def _s(value: bytes | str) -> str:
     return value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
 
 
-def key(queue: str, suffix: str) -> str:
-    return f"bull:{queue}:{suffix}"
-
-
 async def states(r: redis.asyncio.Redis, queue: str) -> dict[str, list[str]]:
     """Every id found in a state structure, mapped to the structures holding it."""
     pipe = r.pipeline(transaction=True)
     for name in LISTS:
-        pipe.lrange(key(queue, name), 0, -1)
+        pipe.lrange(queue_key(queue, name), 0, -1)
     for name in ZSETS:
-        pipe.zrange(key(queue, name), 0, -1)
+        pipe.zrange(queue_key(queue, name), 0, -1)
     replies = await pipe.execute()
     found: dict[str, list[str]] = {}
     for name, members in zip((*LISTS, *ZSETS), replies):
@@ -50,7 +48,7 @@ async def finished(r: redis.asyncio.Redis, queue: str) -> set[str]:
     """Ids in ``completed`` or ``failed``."""
     pipe = r.pipeline(transaction=False)
     for name in FINAL:
-        pipe.zrange(key(queue, name), 0, -1)
+        pipe.zrange(queue_key(queue, name), 0, -1)
     done: set[str] = set()
     for members in await pipe.execute():
         done.update(_s(m) for m in members)
@@ -62,13 +60,13 @@ async def finished_at(r: redis.asyncio.Redis, queue: str, ids: Iterable[str]) ->
     wanted = list(ids)
     pipe = r.pipeline(transaction=False)
     for job_id in wanted:
-        pipe.hget(key(queue, job_id), "finishedOn")
+        pipe.hget(queue_key(queue, job_id), "finishedOn")
     return {job_id: float(value) for job_id, value in zip(wanted, await pipe.execute()) if value}
 
 
 async def locks(r: redis.asyncio.Redis, queue: str) -> list[str]:
     """Every ``bull:<queue>:*:lock`` key."""
-    return sorted([_s(k) async for k in r.scan_iter(match=key(queue, "*:lock"), count=1000)])
+    return sorted([_s(k) async for k in r.scan_iter(match=queue_key(queue, "*:lock"), count=1000)])
 
 
 async def stream(r: redis.asyncio.Redis, queue: str) -> list[tuple[str, dict[str, str]]]:
@@ -76,7 +74,7 @@ async def stream(r: redis.asyncio.Redis, queue: str) -> list[tuple[str, dict[str
     out: list[tuple[str, dict[str, str]]] = []
     last = "-"
     while True:
-        batch: Any = await r.xrange(key(queue, "events"), min=last, max="+", count=5000)
+        batch: Any = await r.xrange(queue_key(queue, "events"), min=last, max="+", count=5000)
         if last != "-":
             batch = batch[1:]
         if not batch:
@@ -146,7 +144,7 @@ async def audit(
     pipe = r.pipeline(transaction=False)
     ids = list(expected)
     for job_id in ids:
-        pipe.hgetall(key(queue, job_id))
+        pipe.hgetall(queue_key(queue, job_id))
     for job_id, raw in zip(ids, await pipe.execute()):
         result.hashes[job_id] = {_s(k): _s(v) for k, v in raw.items()}
     for job_id in ids:
