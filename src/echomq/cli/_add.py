@@ -1,7 +1,8 @@
 """``echomq add QUEUE NAME --data JSON [options]``: add one job from the shell.
 
-The payload is parsed and the options are checked before anything is started or written: bad
-JSON or a bad option exits with code 2 and leaves Redis untouched. The job id is printed on
+The queue name, the prefix and the payload are parsed and the options are checked before
+anything is started or written: a bad name, bad JSON or a bad option exits with code 2 and
+leaves Redis untouched (and the embedded server not started). The job id is printed on
 stdout, alone on its line, so ``id=$(echomq add ...)`` works.
 """
 
@@ -12,9 +13,10 @@ import asyncio
 import json
 from typing import Any
 
+from ..ops import prepare_job
 from ..options import JobOptions
 from ..queue import add
-from ._connect import resolve
+from ._connect import check_names, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -69,9 +71,12 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """The ``add`` subcommand."""
+    check_names([args.queue], args.prefix)
     data = parse_data(args.data)
     options = job_options(args)
-    JobOptions.build(options)  # ValidationError (exit 2) before a server is started
+    # The checks echomq.add makes before it writes (id, options, payload), made here before a
+    # server is started: a ValidationError exits 2.
+    prepare_job(args.name, data, JobOptions.build(options))
     url = resolve(args.url, args.durability).url
     job = asyncio.run(
         add(args.queue, args.name, data, connection=url, prefix=args.prefix, **options)

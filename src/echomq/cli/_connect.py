@@ -2,15 +2,22 @@
 
 Resolution order, the same for every subcommand: ``--url``, else ``$ECHOMQ_REDIS_URL``, else
 the private per-user server of :func:`echomq.embedded.ensure_embedded_server` (started on first
-use). Using the embedded server is announced once on stderr with its fsync policy, so nobody
-mistakes it for theirs or for a different durability. ``--durability`` (else
+use). Every command that uses the embedded server says so in one line on stderr, with its URL
+and fsync policy, whether it started the server or found it running, so nobody mistakes it for
+theirs or for a different durability. ``--durability`` (else
 ``$ECHOMQ_DURABILITY``, else ``always``) applies to the embedded server only; given explicitly
 together with a URL it is ignored with a note on stderr.
 
 The connection options are accepted at every level of a command line (``echomq --url X queue
 emails counts`` and ``echomq queue emails counts --url X``): every parser declares them with a
 suppressed default, so a level where they are absent never overwrites one where they were
-given, and :func:`fill_defaults` supplies the defaults after parsing.
+given, and :func:`fill_defaults` supplies the defaults after parsing. ``--durability`` is
+explained once, in ``echomq server --help`` (:data:`DURABILITY_HELP`); elsewhere its help is one
+line pointing there.
+
+Every command checks its queue names and ``--prefix`` (:func:`check_names`) and whatever else
+it can check offline before it calls :func:`resolve`, so a refused argument never starts the
+embedded server or touches Redis.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
@@ -25,8 +33,8 @@ import redis.exceptions
 
 from .._fail_fast import redact_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
-from ..errors import EmbeddedRedisError
-from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ..errors import EmbeddedRedisError, InvalidQueueNameError
+from ..protocol.keys import DEFAULT_PREFIX, queue_keys, validate_queue_name
 from ._errors import EXIT_USAGE, CliError
 
 URL_ENV = "ECHOMQ_REDIS_URL"
@@ -34,11 +42,27 @@ URL_ENV = "ECHOMQ_REDIS_URL"
 DEFAULTS: dict[str, object] = {"url": None, "prefix": DEFAULT_PREFIX, "durability": None}
 
 
-def connection_options() -> argparse.ArgumentParser:
+#: The whole story of ``--durability``, told by ``echomq server --help`` (and its actions that
+#: start the server); every other command's help points there in one line.
+DURABILITY_HELP = (
+    "AOF fsync of the embedded Redis: 'always' (an acknowledged add survives a crash of the "
+    "server) or 'everysec' (faster; up to ~1 s of acknowledged adds can be lost); default "
+    f"${DURABILITY_ENV}, else always. Applied whenever a command starts or uses the embedded "
+    "Redis; not used with --url"
+)
+_DURABILITY_POINTER = "fsync of the embedded Redis: see echomq server --help"
+
+
+def connection_options(durability_help: str = _DURABILITY_POINTER) -> argparse.ArgumentParser:
     """A parent parser with ``--url``, ``--prefix`` and ``--durability``, for every subcommand.
 
     Their defaults are suppressed (see the module docstring); call :func:`fill_defaults` on the
     parsed namespace.
+
+    Args:
+        durability_help: the help of ``--durability``: by default one line pointing to
+            ``echomq server --help``; :data:`DURABILITY_HELP` there, ``argparse.SUPPRESS``
+            where the option is accepted but has no effect.
     """
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("connection")
@@ -57,9 +81,7 @@ def connection_options() -> argparse.ArgumentParser:
         "--durability",
         default=argparse.SUPPRESS,
         choices=DURABILITIES,
-        help="AOF fsync of the embedded Redis: 'always' (an acknowledged add survives a crash of "
-        "the server) or 'everysec' (faster; up to ~1 s of acknowledged adds can be lost); "
-        f"default ${DURABILITY_ENV}, else always. Not used with --url",
+        help=durability_help,
     )
     return parent
 
@@ -77,6 +99,21 @@ def fill_defaults(args: argparse.Namespace) -> None:
     for name, default in DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, default)
+
+
+def check_names(queues: Iterable[str], prefix: str) -> None:
+    """Refuse bad queue names and a bad ``--prefix`` before anything is started or written.
+
+    Raises:
+        InvalidQueueNameError: a name the API would refuse (empty, or with ``:``), or an empty
+            prefix (exit code 2).
+    """
+    for queue in queues:
+        validate_queue_name(queue)
+    if not prefix:
+        raise InvalidQueueNameError(
+            f"--prefix must not be empty (the default is {DEFAULT_PREFIX!r})"
+        )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ It binds 127.0.0.1:8765 unless told otherwise. ``--auth user:password`` and ``--
 action. Binding anywhere but loopback without authentication prints a warning.
 
 Signals: SIGTERM or SIGINT stops the server (uvicorn's handlers); exit code 0. A port that
-cannot be bound, or bad ``--auth``, exits 2. Needs ``pip install 'echomq[dashboard]'``.
+cannot be bound, a bad ``--auth``, ``--token``, ``--queue`` or ``--prefix`` exits 2, checked
+(and the port bound) before the URL is resolved, so no embedded server is started for nothing.
+Needs ``pip install 'echomq[dashboard]'``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import signal
 import socket
 import sys
 
-from ._connect import listen_options, resolve
+from ..errors import InvalidQueueNameError
+from ._connect import check_names, listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 DEFAULT_PORT = 8765
@@ -73,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"the dashboard needs its extra: pip install 'echomq[dashboard]' ({exc})", EXIT_USAGE
         ) from exc
-    url = resolve(args.url, args.durability).url
+    _check(args)
+    sock = _bind(args.host, args.port)
     try:
+        url = resolve(args.url, args.durability).url
         app = create_app(
             connection=url,
             prefix=args.prefix,
@@ -84,8 +89,11 @@ def run(args: argparse.Namespace) -> int:
             queues=args.queues,
         )
     except ValueError as exc:
+        sock.close()
         raise CliError(str(exc), EXIT_USAGE) from exc
-    sock = _bind(args.host, args.port)
+    except BaseException:
+        sock.close()
+        raise
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     mode = " read-only" if args.read_only else ""
@@ -116,6 +124,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--prefix``, ``--queue``, ``--auth`` or ``--token`` before anything starts
+    (with the checks ``create_app`` makes)."""
+    from ..dashboard._security import Access
+
+    check_names([], args.prefix)
+    try:
+        check_names(args.queues or [], args.prefix)
+    except InvalidQueueNameError as exc:
+        raise CliError(f"--queue takes queue names without ':': {exc}", EXIT_USAGE) from None
+    try:
+        Access.build(args.read_only, args.auth, args.token)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -24,7 +24,7 @@ import redis.exceptions
 from ..job import Job
 from ..queue import BulkItem, Queue, client_from_url
 from ..worker import Worker
-from ._connect import Target, resolve
+from ._connect import Target, check_names, resolve
 from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._format import table
 from ._logs import configure_logging
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--concurrency must be at least 1", EXIT_USAGE)
     if args.job_ms < 0:
         raise CliError("--job-ms must not be negative", EXIT_USAGE)
+    check_names([args.queue], args.prefix)
     configure_logging("WARNING")  # one INFO line per job would drown the progress bar
     target = resolve(args.url, args.durability)
     report = asyncio.run(_demo(target, args, sys.stderr))

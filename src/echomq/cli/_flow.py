@@ -50,7 +50,15 @@ def add_parser(
         help="children of each kind (processed, pending, failed, ignored) read per job "
         "(default 20; small sets come whole)",
     )
-    p.set_defaults(action_fn=flow)
+    p.set_defaults(action_fn=flow, check_fn=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--depth`` or ``--max-children`` before anything is started."""
+    if args.depth < 0:
+        raise CliError("--depth must be 0 or more", EXIT_USAGE)
+    if args.max_children < 1:
+        raise CliError("--max-children must be at least 1", EXIT_USAGE)
 
 
 async def children_counts(job: Job) -> dict[str, int]:
@@ -77,11 +85,7 @@ def parent_text(job: Job) -> str | None:
 
 
 async def flow(q: Queue, args: argparse.Namespace) -> int:
-    """The ``flow`` action: print the tree under job ``ID``."""
-    if args.depth < 0:
-        raise CliError("--depth must be 0 or more", EXIT_USAGE)
-    if args.max_children < 1:
-        raise CliError("--max-children must be at least 1", EXIT_USAGE)
+    """The ``flow`` action: print the tree under job ``ID`` (``check`` has passed)."""
     async with FlowProducer(connection=args.resolved_url, prefix=q.prefix) as producer:
         root = await producer.get_flow(
             # --depth counts levels of children; get_flow's depth counts the job too

@@ -1,8 +1,8 @@
 """``echomq queue NAME limits``: show, set or clear a queue's global concurrency and rate limit.
 
-Arguments are checked by the parser before anything is written, so a bad ``--rate`` leaves the
-limits as they were. Changes go through the public ``Queue`` API, then the resulting limits are
-shown.
+Arguments are checked by the parser and :func:`check` before anything is started or written, so
+a bad ``--rate`` leaves the limits as they were. Changes go through the public ``Queue`` API,
+then the resulting limits are shown.
 """
 
 from __future__ import annotations
@@ -43,7 +43,13 @@ def add_parser(
         metavar="MAX/SECONDS",
         help="at most MAX jobs started per SECONDS across all workers (e.g. 100/60)",
     )
-    p.set_defaults(action_fn=run)
+    p.set_defaults(action_fn=run, check_fn=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse ``--clear`` together with a new limit, before anything is started or written."""
+    if args.clear and (args.concurrency is not None or args.rate is not None):
+        raise CliError("--clear cannot be combined with --concurrency or --rate", EXIT_USAGE)
 
 
 def _positive_int(text: str) -> int:
@@ -72,9 +78,7 @@ def _rate(text: str) -> tuple[int, float]:
 
 
 async def run(q: Queue, args: argparse.Namespace) -> int:
-    """Apply the requested changes, then print the queue's limits."""
-    if args.clear and (args.concurrency is not None or args.rate is not None):
-        raise CliError("--clear cannot be combined with --concurrency or --rate", EXIT_USAGE)
+    """Apply the requested changes (``check`` has passed), then print the queue's limits."""
     if args.clear:
         await q.remove_global_concurrency()
         await q.remove_global_rate_limit()

@@ -22,9 +22,10 @@ from typing import Any
 
 import redis.exceptions
 
+from .. import _topology as topology
 from .._discovery import prometheus_text
 from ..queue import client_from_url
-from ._connect import listen_options, resolve
+from ._connect import check_names, listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
 
 logger = logging.getLogger("echomq.cli")
@@ -55,7 +56,7 @@ async def collect(url: str, prefix: str) -> str:
     try:
         return await prometheus_text(client, prefix)
     finally:
-        await client.aclose()
+        await topology.aclose(client)
 
 
 def _handler(url: str, prefix: str) -> type[BaseHTTPRequestHandler]:
@@ -87,11 +88,18 @@ def _handler(url: str, prefix: str) -> type[BaseHTTPRequestHandler]:
 
 def run(args: argparse.Namespace) -> int:
     """The ``metrics`` subcommand: serve until SIGTERM or SIGINT."""
-    url = resolve(args.url, args.durability).url
+    check_names([], args.prefix)
+    # Bound before the URL is resolved: a port in use exits 2 without starting a server.
     try:
-        server = ThreadingHTTPServer((args.host, args.port), _handler(url, args.prefix))
+        server = ThreadingHTTPServer((args.host, args.port), BaseHTTPRequestHandler)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_USAGE) from exc
+    try:
+        url = resolve(args.url, args.durability).url
+    except BaseException:
+        server.server_close()
+        raise
+    server.RequestHandlerClass = _handler(url, args.prefix)
     server.daemon_threads = True
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _SIGNALS}

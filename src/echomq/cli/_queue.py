@@ -3,21 +3,28 @@
 Each action opens a ``Queue`` on the resolved URL, does one thing and closes it (``flow`` also
 opens a ``FlowProducer``: see :mod:`echomq.cli._flow`). Destructive actions say what they did;
 ``obliterate`` asks for confirmation unless ``--yes``.
+
+The queue name, the prefix and an action's own arguments (its ``check_fn``) are checked before
+the URL is resolved: a refused argument exits 2 without starting the embedded server.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .. import ops
 from ..errors import ActiveJobsError
 from ..job import Job
+from ..options import UNSET, JobOptions
+from ..protocol.keys import queue_keys
 from ..queue import Queue
 from . import _flow, _limits
-from ._connect import resolve, warn_if_no_queue
+from ._connect import check_names, resolve, warn_if_no_queue
 from ._errors import EXIT_FAILURE, EXIT_OK, CliError
 from ._format import dumps, table, when
 
@@ -34,6 +41,8 @@ STATES = (
 CLEAN_STATES = ("completed", "failed", "waiting", "active", "paused", "prioritized", "delayed")
 
 Action = Callable[[Queue, argparse.Namespace], Awaitable[int]]
+#: An action's offline check of its arguments: raises (ValidationError, CliError) to refuse.
+Check = Callable[[argparse.Namespace], None]
 
 
 def add_parser(
@@ -79,7 +88,7 @@ def add_parser(
     p.add_argument(
         "--count", type=int, default=1000, help="jobs moved per script call (default 1000)"
     )
-    p.set_defaults(action_fn=_retry_failed)
+    p.set_defaults(action_fn=_retry_failed, check_fn=_check_retry_failed)
 
     p = actions.add_parser("clean", parents=parents, help="delete old jobs of one state")
     p.add_argument("state", choices=CLEAN_STATES, help="the state")
@@ -87,7 +96,7 @@ def add_parser(
         "--grace", type=float, required=True, metavar="S", help="keep jobs newer than S seconds"
     )
     p.add_argument("--limit", type=int, default=0, help="delete at most N jobs (0: no limit)")
-    p.set_defaults(action_fn=_clean)
+    p.set_defaults(action_fn=_clean, check_fn=_check_clean)
 
     p = actions.add_parser("obliterate", parents=parents, help="delete the whole queue")
     p.add_argument("--force", action="store_true", help="also delete active jobs")
@@ -98,7 +107,11 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``queue`` subcommand: resolve the URL, then run the chosen action."""
+    """The ``queue`` subcommand: check the arguments, resolve the URL, run the chosen action."""
+    check_names([args.queue], args.prefix)
+    check: Check | None = getattr(args, "check_fn", None)
+    if check is not None:
+        check(args)
     target = resolve(args.url, args.durability)
     warn_if_no_queue(target, args.queue, args.prefix)
     url = target.url
@@ -129,8 +142,26 @@ async def _counts(q: Queue, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _allowed(job: Job) -> int:
+    """How many tries the job has: its ``attempts`` option, where 0 (or none) means one."""
+    return max(job.attempts, 1)
+
+
 def _attempts(job: Job) -> str:
-    return f"{job.attempts_made}/{max(job.attempts, 1)}"
+    return f"{job.attempts_made}/{_allowed(job)}"
+
+
+def _given_options(job: Job) -> JobOptions:
+    """The job's options as its producer gave them.
+
+    Every producer (echomq and BullMQ alike) stores ``attempts: 0`` when none was given; shown
+    as such it would contradict the tries the job really has (0 means one try, as 1 does), so
+    it is left out: the ``attempts`` line says how many tries the job has.
+    """
+    options = job.options
+    if options.attempts == 0:
+        options = dataclasses.replace(options, attempts=UNSET)
+    return options
 
 
 async def _jobs(q: Queue, args: argparse.Namespace) -> int:
@@ -176,7 +207,7 @@ def _job_summary(job: Job) -> dict[str, Any]:
         "processed_on": job.processed_on,
         "finished_on": job.finished_on,
         "attempts_made": job.attempts_made,
-        "attempts": job.attempts,
+        "attempts": _allowed(job),
         "failed_reason": job.failed_reason,
     }
 
@@ -192,7 +223,7 @@ async def _job(q: Queue, args: argparse.Namespace) -> int:
         **_job_summary(job),
         "state": state,
         "data": job.data,
-        "options": job.options,
+        "options": _given_options(job),
         "priority": job.priority,
         "delay": job.delay,
         "progress": job.progress,
@@ -214,11 +245,11 @@ async def _job(q: Queue, args: argparse.Namespace) -> int:
         ("created", when(job.timestamp)),
         ("started", when(job.processed_on)),
         ("finished", when(job.finished_on)),
-        ("attempts", f"{job.attempts_made} made of {max(job.attempts, 1)} allowed"),
+        ("attempts", f"{job.attempts_made} made of {_allowed(job)} allowed"),
         ("priority", job.priority),
         ("progress", dumps(job.progress, indent=None)),
         ("data", dumps(job.data, indent=None)),
-        ("options", dumps(job.options, indent=None)),
+        ("options", dumps(_given_options(job), indent=None)),
     ]
     rows.append(("parent", _flow.parent_text(job) or "none"))
     rows.append(("children", _flow.children_text(children)))
@@ -249,6 +280,15 @@ async def _resume(q: Queue, args: argparse.Namespace) -> int:
     await q.resume()
     print(f"queue {q.name} resumed")
     return EXIT_OK
+
+
+def _check_retry_failed(args: argparse.Namespace) -> None:
+    # Building the call checks its arguments, with no I/O: the same check retry_jobs makes.
+    ops.retry_jobs_plan(queue_keys(args.queue, args.prefix), "failed", args.count)
+
+
+def _check_clean(args: argparse.Namespace) -> None:
+    ops.clean_plan(queue_keys(args.queue, args.prefix), args.grace, args.limit, args.state)
 
 
 async def _retry_failed(q: Queue, args: argparse.Namespace) -> int:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from .. import _topology as topology
 from .._discovery import find_queues
 from ..queue import Queue, client_from_url
-from ._connect import resolve
+from ._connect import check_names, resolve
 from ._errors import EXIT_OK
 from ._format import dumps, table
 
@@ -35,6 +36,7 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     """The ``queues`` subcommand."""
+    check_names([], args.prefix)
     url = resolve(args.url, args.durability).url
     return asyncio.run(_list(url, args))
 
@@ -47,7 +49,7 @@ async def _list(url: str, args: argparse.Namespace) -> int:
             async with Queue(name, connection=client, prefix=args.prefix) as q:
                 found.append((name, await q.get_job_counts(), await q.is_paused()))
     finally:
-        await client.aclose()
+        await topology.aclose(client)
     if args.json:
         print(dumps([{"queue": n, "paused": p, "counts": c} for n, c, p in found]))
         return EXIT_OK

@@ -1,8 +1,10 @@
 """``echomq scheduler NAME list|add|remove``: the job schedulers of one queue.
 
 A thin layer over ``Queue.get_job_schedulers`` / ``upsert_job_scheduler`` /
-``remove_job_scheduler``; a bad definition (cron expression, time zone, interval) is refused by
-the API before anything is written and exits with code 2.
+``remove_job_scheduler``. The queue name, the prefix and a definition given to ``add`` (cron
+expression, time zone, interval, limit, ``--data``) are checked with the API's own checks before
+the URL is resolved: a refused one exits with code 2, nothing written and no embedded server
+started.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 from ..errors import InvalidOptionError
 from ..queue import Queue
-from ..schedulers import JobScheduler
-from ._connect import resolve_url
+from ..schedulers import JobScheduler, SchedulerTemplate, build_spec
+from ._connect import check_names, resolve_url
 from ._errors import EXIT_FAILURE, EXIT_OK
 from ._format import dumps, table, when
 
@@ -53,7 +55,7 @@ def add_parser(
     p.add_argument("--limit", type=int, help="at most N iterations")
     p.add_argument("--name", help="job name of each iteration (default: the id)")
     p.add_argument("--data", help="JSON payload of each iteration (default {})")
-    p.set_defaults(action_fn=_add)
+    p.set_defaults(action_fn=_add, check_fn=_check_add)
 
     p = actions.add_parser("remove", parents=parents, help="remove a scheduler")
     p.add_argument("scheduler_id", metavar="ID", help="the scheduler id")
@@ -63,7 +65,11 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``scheduler`` subcommand: resolve the URL, then run the chosen action."""
+    """The ``scheduler`` subcommand: check the arguments, resolve the URL, run the action."""
+    check_names([args.queue], args.prefix)
+    check: Callable[[argparse.Namespace], None] | None = getattr(args, "check_fn", None)
+    if check is not None:
+        check(args)
     url = resolve_url(args.url, args.durability)
     action: Action = args.action_fn
 
@@ -122,7 +128,7 @@ async def _list(q: Queue, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _add(q: Queue, args: argparse.Namespace) -> int:
+def _template(args: argparse.Namespace) -> dict[str, Any]:
     template: dict[str, Any] = {}
     if args.name:
         template["name"] = args.name
@@ -131,13 +137,34 @@ async def _add(q: Queue, args: argparse.Namespace) -> int:
             template["data"] = json.loads(args.data)
         except ValueError as exc:
             raise InvalidOptionError(f"--data must be JSON: {exc}") from None
+    return template
+
+
+def _check_add(args: argparse.Namespace) -> None:
+    """The checks ``upsert_job_scheduler`` makes before it writes, made before anything starts."""
+    build_spec(
+        args.scheduler_id,
+        every=args.every,
+        pattern=args.cron,
+        tz=args.tz,
+        start_date=None,
+        end_date=None,
+        limit=args.limit,
+        immediately=False,
+        offset=None,
+        now_ms=0,  # used only to check an end date, which the CLI does not take
+    )
+    SchedulerTemplate.coerce(_template(args))
+
+
+async def _add(q: Queue, args: argparse.Namespace) -> int:
     job = await q.upsert_job_scheduler(
         args.scheduler_id,
         every=args.every,
         pattern=args.cron,
         tz=args.tz,
         limit=args.limit,
-        template=template,
+        template=_template(args),
     )
     scheduler = await q.get_job_scheduler(args.scheduler_id)
     if args.json:

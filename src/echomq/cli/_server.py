@@ -27,6 +27,7 @@ from ..embedded import (
     stop_embedded_server,
 )
 from ..errors import EmbeddedRedisError
+from ._connect import DURABILITY_HELP, connection_options
 from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._format import dumps
 
@@ -37,7 +38,14 @@ def add_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     parents: list[argparse.ArgumentParser],
 ) -> None:
-    """Register the ``server`` subcommand and its actions."""
+    """Register the ``server`` subcommand and its actions.
+
+    ``--durability`` is explained here in full (every other command's help points here); the
+    actions that cannot start the server accept it, as every command does, without showing it.
+    """
+    del parents  # the server's own, with the whole help of --durability
+    parents = [connection_options(DURABILITY_HELP)]
+    quiet = [connection_options(argparse.SUPPRESS)]
     parser = subparsers.add_parser(
         "server",
         parents=parents,
@@ -52,14 +60,14 @@ def add_parser(
 
     p = actions.add_parser(
         "status",
-        parents=[*parents, json_flag],
+        parents=[*quiet, json_flag],
         help="whether it runs, its pid, data directory and size",
     )
     p.set_defaults(action_fn=_status)
     p = actions.add_parser("start", parents=parents, help="start it (or reuse the running one)")
     p.set_defaults(action_fn=_start)
     p = actions.add_parser(
-        "stop", parents=parents, help="stop it (refused while workers use it, unless --force)"
+        "stop", parents=quiet, help="stop it (refused while workers use it, unless --force)"
     )
     p.add_argument("--force", action="store_true", help="stop it even while workers are connected")
     p.set_defaults(action_fn=_stop)
@@ -71,7 +79,7 @@ def add_parser(
     p.add_argument("--yes", action="store_true", help="really delete everything it holds")
     p.add_argument("--force", action="store_true", help="reset it even while workers are connected")
     p.set_defaults(action_fn=_reset)
-    p = actions.add_parser("path", parents=parents, help="print its data directory")
+    p = actions.add_parser("path", parents=quiet, help="print its data directory")
     p.set_defaults(action_fn=_path)
     parser.set_defaults(handler=run)
 

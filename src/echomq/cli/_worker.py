@@ -27,9 +27,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, cast
 
+from .._fail_fast import connect_budget
 from ..options import Limiter, WorkerOptions, to_seconds
 from ..worker import Processor, Worker
-from ._connect import redact, resolve, warn_if_no_queue
+from ._connect import check_names, redact, resolve, warn_if_no_queue
 from ._errors import EXIT_ABANDONED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._logs import FORMATS, LEVELS, configure_logging, flush_logging
 
@@ -242,8 +243,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
+    # Everything that can be refused is refused before a server is started or Redis reached.
+    check_names([args.queue], args.prefix)
     processor = import_processor(args.processor)
     options = worker_options(args)
+    connect_timeout = _connect_timeout(args)
     runner = _event_loop_runner(args.uvloop)
     configure_logging(args.log_level, args.log_format)
     target = resolve(args.url, args.durability)
@@ -252,9 +256,6 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     if early.received is not None:
         logger.info("received %s during start-up: exiting before taking any job", early.name)
         return EXIT_OK
-    connect_timeout = None
-    if args.fail_fast or args.connect_timeout is not None:
-        connect_timeout = args.connect_timeout or _FAIL_FAST_TIMEOUT
     worker = Worker(
         args.queue,
         processor,
@@ -285,6 +286,17 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
         flush_logging()
         os._exit(EXIT_ABANDONED)
     return EXIT_OK
+
+
+def _connect_timeout(args: argparse.Namespace) -> float | None:
+    """The start-up budget of ``--fail-fast`` / ``--connect-timeout``, or None without them.
+
+    Raises:
+        InvalidOptionError: ``--connect-timeout`` is not positive (exit code 2).
+    """
+    if args.connect_timeout is not None:
+        return connect_budget(args.connect_timeout)
+    return _FAIL_FAST_TIMEOUT if args.fail_fast else None
 
 
 class _EarlySignals:
