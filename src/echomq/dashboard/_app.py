@@ -41,6 +41,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from .. import _topology as topology
 from .._discovery import find_queues, prometheus_text, queue_exists
 from .._job import Job
 from ..errors import EchoMQError
@@ -155,7 +156,7 @@ class Dashboard:
             await queue.aclose()
         self._queues.clear()
         if self.owns_client:
-            await self.client.aclose()
+            await topology.aclose(self.client)  # with a Sentinel URL's Sentinel connections
 
 
 def create_app(

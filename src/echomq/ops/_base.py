@@ -14,6 +14,8 @@ from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
 from .. import scripts
 from .._wire import Channel
@@ -87,8 +89,17 @@ class CommandOp(Op[T]):
 
     commands: list[tuple[Any, ...]]
     parse: Callable[[list[Any]], T]
+    #: On a cluster client, run the commands on the node holding this key's slot (commands
+    #: about connections, such as CLIENT LIST, have no key to route them by).
+    route: str | None = None
 
     async def run(self, client: redis.asyncio.Redis, channel: Channel | None = None) -> T:
+        if self.route is not None and isinstance(client, redis.asyncio.cluster.RedisCluster):
+            await client.initialize()
+            node = client.get_node_from_key(self.route)
+            return self.parse(
+                [await client.execute_command(*c, target_nodes=node) for c in self.commands]
+            )
         if len(self.commands) == 1:
             reply = await client.execute_command(*self.commands[0])  # type: ignore[no-untyped-call]
             return self.parse([reply])
@@ -98,6 +109,11 @@ class CommandOp(Op[T]):
             return self.parse(await pipe.execute())
 
     def run_sync(self, client: redis.Redis) -> T:
+        if self.route is not None and isinstance(client, redis.cluster.RedisCluster):
+            node = client.get_node_from_key(self.route)
+            return self.parse(
+                [client.execute_command(*c, target_nodes=node) for c in self.commands]
+            )
         if len(self.commands) == 1:
             reply = client.execute_command(*self.commands[0])  # type: ignore[no-untyped-call]
             return self.parse([reply])

@@ -354,7 +354,8 @@ def get_workers(keys: QueueKeys) -> CommandOp[list[dict[str, str]]]:
                 workers.append({**client, "name": keys.name, "rawname": raw})
         return workers
 
-    return CommandOp([("CLIENT", "LIST")], parse)
+    # On a cluster, the workers' blocking connections are on the node of the queue's slot.
+    return CommandOp([("CLIENT", "LIST")], parse, route=keys.marker)
 
 
 def trim_events(keys: QueueKeys, max_len: int) -> CommandOp[int]:

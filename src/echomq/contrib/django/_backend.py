@@ -24,6 +24,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.crypto import get_random_string
 
+from ... import _topology as topology
 from ...errors import EchoMQError
 from ...options import JobOptions
 from ...protocol.keys import DEFAULT_PREFIX, queue_keys
@@ -123,7 +124,7 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
         for queue in queues:
             queue.close()
         if client is not None:
-            client.close()
+            topology.close(client)  # with a Sentinel URL's Sentinel connections
 
     # -- Django's contract
 
