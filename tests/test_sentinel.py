@@ -9,8 +9,12 @@ and the Sentinels, never a default address.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -18,7 +22,7 @@ from redis.asyncio.sentinel import Sentinel
 
 import echomq
 import echomq.sync
-from _sentinel import SERVICE, SentinelSetup
+from _sentinel import DOWN_AFTER_MS, SERVICE, SentinelSetup
 from echomq import Job, Queue, QueueEvents, RedisUnavailableError, ValidationError, Worker
 from echomq._fail_fast import redact_url
 from echomq._topology import parse
@@ -169,3 +173,57 @@ def test_topology_urls_are_parsed_and_their_passwords_masked() -> None:
     assert masked.startswith("rediss+sentinel://app:***@10.0.0.1:26379,10.0.0.2:26380/orders/2")
     c = parse("redis+cluster://node-1:7000,node-2:7001")
     assert (c.kind, c.tls, c.nodes) == ("cluster", False, (("node-1", 7000), ("node-2", 7001)))
+
+
+async def test_a_worker_and_a_producer_ride_through_a_sentinel_failover(
+    tmp_path: Path, queue_name: str
+) -> None:
+    """The primary is SIGKILLed under load; the Sentinels promote the replica. Every add the
+    producer saw acknowledged runs (the ledger is kept here, not in Redis), none runs twice
+    beyond the jobs whose lock the failover cut, and the worker runs new jobs on the new
+    primary soon after the failure is detected (down-after 1 s)."""
+    setup = SentinelSetup(tmp_path / "sentinel")
+    setup.start()
+    url = sentinel_url(setup)
+    concurrency = 5
+    runs: dict[int, int] = {}
+    first_run: dict[int, float] = {}
+
+    async def record(job: Job) -> None:
+        i = int(job.data["i"])
+        runs[i] = runs.get(i, 0) + 1
+        first_run.setdefault(i, time.monotonic())
+
+    acknowledged: list[int] = []
+    try:
+        async with (
+            Queue(queue_name, connection=url) as queue,
+            Worker(queue_name, record, connection=url, concurrency=concurrency),
+        ):
+            for i in range(30):
+                await queue.add("before", {"i": i})
+                acknowledged.append(i)
+                await asyncio.sleep(0.01)
+            assert setup.primary is not None and setup.primary.pid is not None
+            os.kill(setup.primary.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            after: int | None = None
+            i = 30
+            while after is None or after not in first_run:
+                assert time.monotonic() - killed < 30, "no job ran on the new primary"
+                try:
+                    await queue.add("after", {"i": i})
+                except RedisUnavailableError:  # no master yet: the producer tries again
+                    await asyncio.sleep(0.02)
+                    continue
+                acknowledged.append(i)
+                after = i if after is None else after
+                i += 1
+                await asyncio.sleep(0.02)
+            resumed = first_run[after] - killed
+            await wait_for(lambda: set(acknowledged) <= set(runs), timeout=20)
+    finally:
+        setup.stop()
+    assert sorted(set(acknowledged) - set(runs)) == []  # nothing acknowledged was lost
+    assert sum(n - 1 for n in runs.values()) <= concurrency  # only jobs the failover cut
+    assert resumed < DOWN_AFTER_MS / 1000 + 3, f"the worker resumed {resumed:.2f} s after the kill"

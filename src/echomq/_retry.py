@@ -97,6 +97,12 @@ def is_retryable(exc: BaseException) -> bool:
     return classify(exc) is not None
 
 
+#: The longest pause between two tries while Redis is refusing or unreachable: a worker takes
+#: jobs, records outcomes and resubscribes within this long of Redis answering again (after a
+#: restart, a Sentinel or a Cluster failover). Failed tries cost a refused connect each.
+OUTAGE_RETRY_CAP = 0.25
+
+
 class RetryBackoff:
     """Exponential backoff between retries of a failing Redis call, reset on success."""
 
@@ -113,6 +119,12 @@ class RetryBackoff:
     def reset(self) -> None:
         """Forget past failures."""
         self._next = self._first
+
+    @classmethod
+    def for_outages(cls) -> RetryBackoff:
+        """The backoff of calls waiting out an outage: from 20 ms, at most
+        :data:`OUTAGE_RETRY_CAP` apart."""
+        return cls(first=0.02, cap=OUTAGE_RETRY_CAP)
 
     def advance(self) -> float:
         """The delay to wait now; the next one doubles, up to the cap."""

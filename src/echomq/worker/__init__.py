@@ -681,7 +681,8 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
 
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
-        waiter, backoff = self._waiter, RetryBackoff()
+        waiter, backoff = self._waiter, RetryBackoff.for_outages()
+        outage: OutageLog | None = None  # the current run of failed fetches, if any
         life = self._life
         # Connect the blocking connection now, so `get_workers` lists this worker at once.
         stopping = lambda: not life.may_fetch()  # noqa: E731
@@ -715,10 +716,18 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
                     if self._drained:
                         self._hooks.emit("drained")
                 backoff.reset()
+                if outage is not None:
+                    outage.recovered()
+                    outage = None
             except asyncio.CancelledError:
                 raise
             except TRANSIENT as exc:
-                logger.warning("fetching failed (%s: %s); retrying", type(exc).__name__, exc)
+                kind = classify(exc)
+                if kind is None:
+                    logger.warning("fetching failed (%s: %s); retrying", type(exc).__name__, exc)
+                else:  # an outage: warned when it starts, every few seconds, and when it ends
+                    outage = outage or OutageLog(f"queue={self.name} fetching", "retrying")
+                    outage.failed(exc, kind)
                 self._hooks.emit("error", exc)
                 await self._idle(backoff.sleep())
             except Exception as exc:  # the loop must never die silently

@@ -28,11 +28,12 @@ import redis.asyncio
 import redis.asyncio.cluster
 
 from .._connection import AsyncConn
-from .._retry import TRANSIENT, RetryBackoff
+from .._retry import TRANSIENT, RetryBackoff, classify
 from .._run_state import RunState
 from ..ops.worker import CancelRequest, decode_control
 from ..protocol.keys import QueueKeys
 from ._lifecycle import Lifecycle
+from ._outages import OutageLog
 from ._threads import ThreadTracker
 
 logger = logging.getLogger("echomq.worker")
@@ -101,7 +102,8 @@ class ControlListener:
                 self._keys.name,
             )
             return
-        backoff = RetryBackoff(first=0.1, cap=2.0)
+        backoff = RetryBackoff.for_outages()
+        outage: OutageLog | None = None  # the current run of failed subscribes, if any
         while True:
             subscriber = self._conn.new_client(socket_timeout=None)
             pubsub = subscriber.pubsub(ignore_subscribe_messages=True)
@@ -109,6 +111,9 @@ class ControlListener:
                 await pubsub.subscribe(self._keys.control_channel())
                 self.ready.set()
                 backoff.reset()
+                if outage is not None:
+                    outage.recovered()
+                    outage = None
                 while True:
                     message = await pubsub.get_message(timeout=None)
                     if message is not None and message.get("type") == "message":
@@ -117,12 +122,19 @@ class ControlListener:
                 raise
             except TRANSIENT as exc:
                 self.ready.clear()
-                logger.warning(
-                    "queue=%s control channel lost (%s: %s); resubscribing",
-                    self._keys.name,
-                    type(exc).__name__,
-                    exc,
-                )
+                kind = classify(exc)
+                if kind is None:
+                    logger.warning(
+                        "queue=%s control channel lost (%s: %s); resubscribing",
+                        self._keys.name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                else:  # an outage: warned when it starts, every few seconds, and when it ends
+                    outage = outage or OutageLog(
+                        f"queue={self._keys.name} control channel", "resubscribing"
+                    )
+                    outage.failed(exc, kind)
                 await backoff.sleep()
             finally:
                 await _close(pubsub, subscriber)

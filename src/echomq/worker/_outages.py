@@ -36,10 +36,11 @@ class OutageLog:
     """Warns when an outage starts, at most every few seconds while it lasts, and once more
     when it ends."""
 
-    __slots__ = ("_first", "_last", "count", "last_error", "lost", "resent", "what")
+    __slots__ = ("_first", "_last", "count", "last_error", "lost", "meanwhile", "resent", "what")
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, meanwhile: str = "retrying while the locks are kept") -> None:
         self.what = what
+        self.meanwhile = meanwhile  # what the caller does until it goes through
         self._first = 0.0
         self._last = 0.0
         self.count = 0
@@ -58,11 +59,12 @@ class OutageLog:
         if now - self._last >= _WARN_EVERY:
             self._last = now
             logger.warning(
-                "%s: Redis %s the call (%s: %s); retrying while the locks are kept",
+                "%s: Redis %s the call (%s: %s); %s",
                 self.what,
                 "did not answer" if kind is Outage.REPLY_LOST else "refused",
                 type(exc).__name__,
                 exc,
+                self.meanwhile,
             )
 
     def recovered(self) -> None:
@@ -94,7 +96,7 @@ async def call_through_outages(
         Exception: whatever ``attempt`` raised that is not an outage (a script error).
     """
     log = log or OutageLog(what)
-    backoff = RetryBackoff(first=0.02, cap=1.0)
+    backoff = RetryBackoff.for_outages()
     resend = log.last_error is not None and classify(log.last_error) is Outage.REPLY_LOST
     while True:
         try:
