@@ -9,12 +9,14 @@
 - :func:`spans_named` picks the finished OpenTelemetry spans of one name.
 - :func:`queue_key` spells a queue's Redis key under the default ``bull`` prefix, for tests that
   read or change Redis directly.
+- :func:`busy_for` keeps a server busy with a script, from another client in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -195,3 +197,28 @@ def close_sync_cluster(cluster: redis.cluster.RedisCluster) -> None:
 def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     """The finished spans called ``name`` that ``exporter`` holds, oldest first."""
     return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+def busy_for(url: str, seconds: float) -> threading.Thread:
+    """Another client runs a script that keeps Redis busy for ``seconds`` (other clients get
+    BUSY once it has run past the server's ``lua-time-limit`` / ``busy-reply-threshold``)."""
+    script = """
+local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+while true do
+  local n = redis.call('TIME')
+  if n[1] * 1000000 + n[2] - start > tonumber(ARGV[1]) then break end
+end
+return 1
+"""
+
+    def run() -> None:
+        client = redis.Redis.from_url(url)
+        try:
+            client.eval(script, 0, int(seconds * 1_000_000))
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

@@ -26,6 +26,7 @@ from redis import Redis as SyncRedis
 
 import echomq
 import echomq.embedded
+from _cli import wait_until
 from echomq import Queue, Worker
 from echomq.cli import main
 from echomq.embedded import stop_embedded_server
@@ -34,14 +35,6 @@ DEADLINE = 20.0
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def counts(url: str, queue: str) -> dict[str, int]:

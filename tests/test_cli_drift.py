@@ -23,64 +23,24 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
 
 import echomq
+from _cli import DEADLINE, base_env, cli, queue_call, wait_until
 from echomq import Queue
 from echomq.embedded import RedisServer, stop_embedded_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS_MD = ROOT / "docs" / "workers.md"
 README = ROOT / "README.md"
-DEADLINE = 20.0
-#: Where a command that must not fall back to the embedded server would put it: a path that
-#: cannot be created, so such a command fails loudly instead of using the user's own.
-UNUSABLE_DATA_DIR = "/nonexistent/echomq-tests-must-not-start-a-server"
 #: The one line ``echomq server --help`` gives --durability in full (a piece of it).
 DURABILITY_STORY = "an acknowledged add survives a crash of the server"
 DURABILITY_POINTER = "fsync of the embedded Redis: see echomq server --help"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ECHOMQ_")}
-    env["ECHOMQ_DATA_DIR"] = UNUSABLE_DATA_DIR
-    env.update(extra)
-    return env
-
-
-def cli(
-    *args: str, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "echomq.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def queue_call(url: str, queue: str, fn: Callable[[Queue], Any]) -> Any:
-    async def go() -> Any:
-        async with Queue(queue, connection=url) as q:
-            return await fn(q)
-
-    return asyncio.run(go())
 
 
 def doc_rows(logger: str) -> list[str]:

@@ -8,7 +8,6 @@ stopped after each test.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pty
@@ -20,62 +19,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis import Redis as SyncRedis
 
-from echomq import Queue
+from _cli import DEADLINE, base_env, cli, queue_call, wait_until
 from echomq.cli._server import worker_queue
 from echomq.embedded import RedisServer, find_redis_server, stop_embedded_server
 
-DEADLINE = 20.0
 EMBEDDED_NOTE = "using embedded Redis at unix://"
 NO_QUEUE_WARNING = "warning: the embedded Redis holds no queue"
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-#: Where a command that was not meant to fall back to the embedded server would put it: a path
-#: that cannot be created, so such a command fails loudly instead of using the user's own.
-UNUSABLE_DATA_DIR = "/nonexistent/echomq-tests-must-not-start-a-server"
-
-
-def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "ECHOMQ_REDIS_URL"}
-    env["ECHOMQ_DATA_DIR"] = UNUSABLE_DATA_DIR
-    env.update(extra)
-    return env
-
-
-def cli(
-    *args: str, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "echomq.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def queue_call(url: str, queue: str, fn: Callable[[Queue], Any], prefix: str = "bull") -> Any:
-    async def go() -> Any:
-        async with Queue(queue, connection=url, prefix=prefix) as q:
-            return await fn(q)
-
-    return asyncio.run(go())
 
 
 def add_jobs(url: str, queue: str, n: int, prefix: str = "bull") -> None:

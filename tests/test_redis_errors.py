@@ -9,7 +9,6 @@ it is. Workers and events readers wait the first two out (tests/test_worker_outa
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 import pytest
@@ -23,16 +22,7 @@ from echomq import RedisRefusedError, RedisUnavailableError
 from echomq._retry import Outage, classify, is_retryable, refused_reply
 from echomq.embedded import RedisServer
 from echomq.protocol.keys import queue_keys
-
-SPIN = """
-local t = redis.call('TIME')
-local start = t[1] * 1000000 + t[2]
-while true do
-  local n = redis.call('TIME')
-  if n[1] * 1000000 + n[2] - start > tonumber(ARGV[1]) then break end
-end
-return 1
-"""
+from helpers import busy_for
 
 
 @pytest.mark.parametrize(
@@ -128,15 +118,7 @@ async def test_a_producer_meeting_a_busy_script_gets_refused(
     try:
         await echomq.add(queue_name, "warm-up", {}, connection=r)
 
-        def spin() -> None:
-            client = redis.Redis.from_url(spare.url)
-            try:
-                client.eval(SPIN, 0, 1_000_000)
-            finally:
-                client.close()
-
-        thread = threading.Thread(target=spin, daemon=True)
-        thread.start()
+        thread = busy_for(spare.url, 1.0)
         await asyncio.sleep(0.3)  # the script has run past lua-time-limit: others get BUSY
         with pytest.raises(RedisRefusedError) as raised:
             await echomq.add(queue_name, "refused", {}, connection=r)

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 import echomq
 from echomq.embedded import RedisServer
 from echomq.worker import WorkerState
-from helpers import queue_key, wait_for
+from helpers import busy_for, queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -126,30 +126,6 @@ async def test_forced_end_of_grace_hands_jobs_back_to_wait_at_once(
 def busy_server(fresh_server: Callable[..., RedisServer]) -> RedisServer:
     # BUSY replies after 50 ms of a running script (lua-time-limit: Redis 6.2 and 7.x alike)
     return fresh_server(appendonly=False, extra_args=["--lua-time-limit", "50"])
-
-
-def busy_for(url: str, seconds: float) -> threading.Thread:
-    """Another client runs a script that keeps Redis busy for ``seconds``."""
-    script = """
-local t = redis.call('TIME')
-local start = t[1] * 1000000 + t[2]
-while true do
-  local n = redis.call('TIME')
-  if n[1] * 1000000 + n[2] - start > tonumber(ARGV[1]) then break end
-end
-return 1
-"""
-
-    def run() -> None:
-        client = redis.Redis.from_url(url)
-        try:
-            client.eval(script, 0, int(seconds * 1_000_000))
-        finally:
-            client.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 async def test_busy_redis_holds_the_outcome_until_it_can_be_recorded(
