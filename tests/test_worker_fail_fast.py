@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import RedisUnavailableError, Worker
+from echomq.embedded import RedisServer
 from echomq.worker import WorkerState
 from helpers import wait_for
 from test_fail_fast import SilentServer
@@ -138,3 +140,54 @@ def test_cli_fail_fast_on_a_silent_server(tmp_path: Path, silent: SilentServer) 
 def test_connect_timeout_must_be_positive(redis_url: str) -> None:
     with pytest.raises(echomq.InvalidOptionError, match="connect_timeout must be positive"):
         Worker("q", noop, connection=redis_url, connect_timeout=0)
+
+
+def test_a_cli_worker_without_redis_says_so_once_and_starts_when_redis_comes(
+    tmp_path: Path, closed_port: int
+) -> None:
+    """Through the real CLI: with nothing listening, the worker logs one WARNING naming the
+    address (again only every 30 s) and does not say it started; once a Redis answers on that
+    port, it starts within about a second and runs jobs."""
+    (tmp_path / "late_procs.py").write_text("def process(job):\n    return job.data['x'] * 2\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ECHOMQ_")}
+    url = f"redis://127.0.0.1:{closed_port}/0"
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echomq.cli", "worker", "late_procs:process"]
+            + ["--queue", "late", "--url", url],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    server = RedisServer(port=closed_port, data_dir=tmp_path / "redis")
+    try:
+        time.sleep(3.0)  # several connect attempts, all refused
+        text = log_path.read_text()
+        waiting = [line for line in text.splitlines() if "cannot reach Redis at" in line]
+        assert len(waiting) == 1, text
+        assert f"127.0.0.1:{closed_port}" in waiting[0] and "starts once it answers" in waiting[0]
+        assert "started on queue" not in text
+        assert "stalled check failed" not in text and "control channel" not in text
+        server.start()
+        began = time.monotonic()
+        while "started on queue late" not in log_path.read_text():
+            assert time.monotonic() - began < 5, log_path.read_text()
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.02)
+        assert time.monotonic() - began < 2.5  # tries at most every second
+        job = asyncio.run(echomq.add("late", "double", {"x": 21}, connection=server.url))
+
+        async def state() -> str:
+            return str(await echomq.get_state("late", job.id, connection=server.url))
+
+        while asyncio.run(state()) != "completed":
+            assert time.monotonic() - began < 15, log_path.read_text()
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        server.stop()
+    assert proc.returncode == 0, log_path.read_text()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redis.exceptions import (
@@ -134,33 +133,6 @@ class RetryBackoff:
     async def sleep(self) -> None:
         """Wait the current delay, then double it up to the cap."""
         await asyncio.sleep(self.advance())
-
-
-async def retrying(
-    what: str,
-    call: Callable[[], Awaitable[T]],
-    is_stopping: Callable[[], bool],
-    backoff: RetryBackoff | None = None,
-) -> T | None:
-    """Run ``call`` until it succeeds; None if the worker began stopping meanwhile.
-
-    Outages (see :func:`classify`) are retried with backoff; a final error propagates, since
-    repeating the same call would fail the same way.
-    """
-    backoff = backoff or RetryBackoff()
-    while True:
-        try:
-            result = await call()
-        except TRANSIENT as exc:
-            if not is_retryable(exc):
-                raise
-            if is_stopping():
-                return None
-            logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
-            await backoff.sleep()
-            continue
-        backoff.reset()
-        return result
 
 
 async def stop_tasks(tasks: list[asyncio.Task[Any]], timeout: float = 5.0) -> None:

@@ -27,14 +27,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
 from .._fail_fast import connect_budget
-from .._retry import TRANSIENT, Outage, RetryBackoff, classify, retrying, stop_tasks
+from .._retry import TRANSIENT, Outage, RetryBackoff, classify, stop_tasks
 from .._run_state import RunState
 from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
@@ -58,7 +58,7 @@ from ._pool import ProcessPool
 from ._pooling import check_pool_options, warn_at_start_up
 from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
-from ._startup import check_reachable
+from ._startup import check_reachable, connect_when_reachable
 from ._threads import ThreadTracker
 from ._watchdog import LoopWatchdog
 
@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("echomq.worker")
+T = TypeVar("T")
 
 #: Node's maximumRateLimitDelay: never sleep longer than this for a rate limit.
 MAX_RATE_LIMIT_DELAY = 30.0
@@ -248,6 +249,7 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
                 return
         self._life.move(WorkerState.RUNNING)
         self._wake = asyncio.Event()
+        self._connected = asyncio.Event()
         self._flush = asyncio.Event()
         self._cut_grace = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -305,11 +307,11 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
             asyncio.create_task(self._finish_loop(), name=f"echomq-finish-{self.name}"),
             asyncio.create_task(renewer.run(life.may_renew), name=f"echomq-locks-{self.name}"),
             asyncio.create_task(
-                checker.run(life.may_check_stalled), name=f"echomq-stalled-{self.name}"
+                self._once_connected(lambda: checker.run(life.may_check_stalled)),
+                name=f"echomq-stalled-{self.name}",
             ),
         ]
         self._start_side_tasks(processor)
-        logger.info("worker %s started on queue %s", self.id, self.name)
         try:
             await self._stopped.wait()
         finally:
@@ -433,12 +435,14 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
 
     def _start_side_tasks(self, processor: Callable[..., Any]) -> None:
         """The control channel listener and the event-loop watchdog."""
-        self._control = ControlListener(self._keys, self._conn, self._on_control)
+        self._control = control = ControlListener(self._keys, self._conn, self._on_control)
         lock_seconds = to_seconds(self.options.lock_duration, "lock_duration")
         name = getattr(processor, "__qualname__", None) or type(processor).__name__
         self._watchdog = LoopWatchdog(self.name, name, lock_seconds, self._running_async)
         self._side_tasks = [
-            asyncio.create_task(self._control.run(), name=f"echomq-control-{self.name}"),
+            asyncio.create_task(
+                self._once_connected(control.run), name=f"echomq-control-{self.name}"
+            ),
             asyncio.create_task(self._watchdog.run(), name=f"echomq-watchdog-{self.name}"),
         ]
 
@@ -671,22 +675,34 @@ class Worker(HooksMixin, CancelMixin, ManualMixin):
         self._next_delayed = reply.next_delayed_ms
         return kept
 
-    async def _idle(self, awaitable: Awaitable[Any]) -> None:
+    async def _idle(self, awaitable: Awaitable[T]) -> T:
         """Await something the fetch loop may be cancelled in (no call in flight)."""
         self._fetch_idle = True
         try:
-            await awaitable
+            return await awaitable
         finally:
             self._fetch_idle = False
+
+    async def _once_connected(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run ``loop()`` once the worker has connected (it has started)."""
+        await self._connected.wait()
+        await loop()
 
     async def _fetch_loop(self) -> None:
         assert self._wake is not None and self._waiter is not None
         waiter, backoff = self._waiter, RetryBackoff.for_outages()
         outage: OutageLog | None = None  # the current run of failed fetches, if any
         life = self._life
-        # Connect the blocking connection now, so `get_workers` lists this worker at once.
+        # Connect the blocking connection now, so `get_workers` lists this worker at once;
+        # the worker has started once it is connected (_startup).
         stopping = lambda: not life.may_fetch()  # noqa: E731
-        await self._idle(retrying("connect", waiter.connect, stopping))
+        address = self._conn.address
+        if not await self._idle(
+            connect_when_reachable(waiter.connect, address, self.name, stopping)
+        ):
+            return
+        logger.info("worker %s started on queue %s (Redis at %s)", self.id, self.name, address)
+        self._connected.set()
         while life.may_fetch():
             try:
                 wait = self._rate_limit_until - time.monotonic()

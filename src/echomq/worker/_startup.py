@@ -1,20 +1,76 @@
-"""Fail fast at start-up: a worker given ``connect_timeout`` checks that Redis answers before
-it starts, and raises a clear error instead of retrying for ever.
+"""Starting: a worker is started once it has connected.
 
-Once started, a worker keeps riding out outages (its loops log, back off and retry): the check
-is about configuration (a wrong URL, host, port or password), which no retry fixes.
+Without ``connect_timeout`` a worker that cannot reach Redis waits for it
+(:func:`connect_when_reachable`): one WARNING names the address when it starts waiting, again
+every :data:`UNREACHABLE_WARN_EVERY` seconds while it waits, and it tries every second at most,
+so it starts within a second of Redis answering. Its other loops (the stalled check, the
+control channel) begin once it is connected, so they add no warnings of their own meanwhile.
+
+Fail fast: a worker given ``connect_timeout`` checks that Redis answers before it starts, and
+raises a clear error instead of waiting. The check is about configuration (a wrong URL, host,
+port or password), which no retry fixes; once started, a worker rides out outages (its loops
+log, back off and retry).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import AuthenticationError, AuthorizationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._connection import AsyncConn
+from .._retry import TRANSIENT, RetryBackoff
 from ..errors import RedisUnavailableError
+
+logger = logging.getLogger("echomq.worker")
+
+#: Seconds between two warnings of a worker waiting for Redis at start-up.
+UNREACHABLE_WARN_EVERY = 30.0
+#: The longest pause between two connect attempts at start-up.
+CONNECT_RETRY_CAP = 1.0
+
+
+async def connect_when_reachable(
+    connect: Callable[[], Awaitable[object]],
+    address: str,
+    queue: str,
+    stopping: Callable[[], bool],
+) -> bool:
+    """Call ``connect()`` until it succeeds (True), or until ``stopping()`` (False).
+
+    Warns when the first attempt fails, naming ``address``, then every
+    :data:`UNREACHABLE_WARN_EVERY` seconds; attempts are at most :data:`CONNECT_RETRY_CAP`
+    apart. A final error (not an outage, e.g. a refused password) is raised.
+    """
+    backoff = RetryBackoff(first=0.05, cap=CONNECT_RETRY_CAP)
+    warned_at: float | None = None
+    while not stopping():
+        try:
+            await connect()
+        except TRANSIENT as exc:
+            if isinstance(exc, (AuthenticationError, AuthorizationError)):
+                raise
+            now = time.monotonic()
+            if warned_at is None or now - warned_at >= UNREACHABLE_WARN_EVERY:
+                warned_at = now
+                logger.warning(
+                    "queue=%s cannot reach Redis at %s (%s: %s); the worker starts once it "
+                    "answers (trying every second at most; this warning every %g s)",
+                    queue,
+                    address,
+                    type(exc).__name__,
+                    exc,
+                    UNREACHABLE_WARN_EVERY,
+                )
+            await backoff.sleep()
+            continue
+        return True
+    return False
 
 
 async def check_reachable(conn: AsyncConn, budget: float, queue: str) -> None:
