@@ -26,6 +26,7 @@ import echomq
 import echomq.sync
 from _cluster import ClusterSetup
 from echomq import JobOptions, JobState, Queue, Worker, ops
+from echomq._fail_fast import server_address
 from echomq.ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import close_sync_cluster, wait_for
@@ -403,3 +404,12 @@ async def test_a_worker_and_a_producer_ride_through_a_cluster_failover(
     assert sorted(set(acknowledged) - set(runs)) == []  # nothing acknowledged was lost
     assert sum(n - 1 for n in runs.values()) <= concurrency  # only jobs the failover cut
     assert resumed < 1 + 4, f"the worker resumed {resumed:.2f} s after the kill"
+
+
+async def test_errors_on_a_cluster_client_name_the_cluster(cluster: RedisCluster) -> None:
+    """A producer error on a cluster client you pass names the cluster's nodes (redis-py's own
+    message, kept in it, names the node that failed), not one node as if it were the server."""
+    await cluster.initialize()  # the nodes it found join the startup nodes
+    address = server_address(cluster)
+    assert address.startswith("cluster 127.0.0.1:")
+    assert len(address.split(",")) >= 3

@@ -112,7 +112,8 @@ def url_address(url: str) -> str:
 
 
 def server_address(client: object) -> str:
-    """The server a client talks to: ``host:port``, the socket path, or a Cluster's first node."""
+    """The server a client talks to: ``host:port``, the socket path, a Sentinel service with its
+    Sentinels, or ``cluster`` with its startup nodes."""
     pool = getattr(client, "connection_pool", None)
     service = getattr(pool, "service_name", None)
     if service is not None:  # a Sentinel-managed pool: its master moves, the service does not
@@ -124,9 +125,8 @@ def server_address(client: object) -> str:
             return str(path)
         return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
     nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
-    if nodes:
-        node = next(iter(nodes.values()))
-        return f"{node.host}:{node.port}"
+    if nodes:  # a cluster: the node that failed is in redis-py's message
+        return "cluster " + ",".join(f"{node.host}:{node.port}" for node in nodes.values())
     return "unknown address"
 
 
