@@ -45,16 +45,15 @@ async def connect_when_reachable(
 
     Warns when the first attempt fails, naming ``address``, then every
     :data:`UNREACHABLE_WARN_EVERY` seconds; attempts are at most :data:`CONNECT_RETRY_CAP`
-    apart. A final error (not an outage, e.g. a refused password) is raised.
+    apart. Every Redis error counts (refused credentials may be fixed meanwhile; the warning
+    says which error it was).
     """
     backoff = RetryBackoff(first=0.05, cap=CONNECT_RETRY_CAP)
     warned_at: float | None = None
     while not stopping():
         try:
             await connect()
-        except TRANSIENT as exc:
-            if isinstance(exc, (AuthenticationError, AuthorizationError)):
-                raise
+        except TRANSIENT as exc:  # refused credentials too: they may be fixed meanwhile
             now = time.monotonic()
             if warned_at is None or now - warned_at >= UNREACHABLE_WARN_EVERY:
                 warned_at = now
