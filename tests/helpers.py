@@ -25,6 +25,8 @@ import redis
 import redis.asyncio
 import redis.cluster
 
+from echomq import _topology as topology
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -187,11 +189,7 @@ def close_sync_cluster(cluster: redis.cluster.RedisCluster) -> None:
     Args:
         cluster: The client to close.
     """
-    nodes = list(cluster.nodes_manager.nodes_cache.values())
-    cluster.close()
-    for node in nodes:
-        if node.redis_connection is not None:
-            node.redis_connection.connection_pool.disconnect()
+    topology.close(cluster)  # what echomq does for the sync clients it opens
 
 
 def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

@@ -125,18 +125,18 @@ def server_address(client: object) -> str:
             return str(path)
         return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
     nodes = getattr(getattr(client, "nodes_manager", None), "startup_nodes", None)
-    if nodes:  # a cluster: the node that failed is in redis-py's message
-        return "cluster " + ",".join(f"{node.host}:{node.port}" for node in nodes.values())
+    if nodes:
+        return topology.cluster_address(f"{node.host}:{node.port}" for node in nodes.values())
     return "unknown address"
 
 
 def _sentinel_address(service: str, manager: object) -> str:
-    """``service mymaster via sentinels h:p,h:p`` for a Sentinel-managed client."""
+    """How messages name the master of a Sentinel-managed client: its service and Sentinels."""
     sentinels = []
     for sentinel in getattr(manager, "sentinels", ()):
         kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
         sentinels.append(f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}")
-    return f"service {service} via sentinels {','.join(sentinels) or '(none)'}"
+    return topology.sentinel_address(service, sentinels)
 
 
 # -- fail-fast connections of URL-made producer clients --------------------------------------

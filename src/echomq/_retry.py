@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from typing import Any, TypeVar
+from typing import Any
 
 from redis.exceptions import (
     BusyLoadingError,
@@ -40,7 +40,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger("echomq.worker")
-T = TypeVar("T")
 
 #: Errors a background loop survives by logging and trying again later: the server went
 #: away, restarted, killed a connection, or a script failed.
@@ -89,11 +88,6 @@ def refused_reply(exc: BaseException) -> str:
             text = str(exc)
             return "MASTERDOWN" if text.startswith("MASTERDOWN") else word
     return str(exc).split(" ", 1)[0]
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Whether repeating the same call may succeed (an outage, refused or reply lost)."""
-    return classify(exc) is not None
 
 
 #: The longest pause between two tries while Redis is refusing or unreachable: a worker takes

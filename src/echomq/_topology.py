@@ -19,6 +19,7 @@ Sentinel, a master or a cluster node).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode
@@ -60,10 +61,21 @@ class Topology:
     @property
     def address(self) -> str:
         """Where the servers are, for messages (no credentials)."""
-        hosts = ",".join(f"{host}:{port}" for host, port in self.nodes)
+        hosts = [f"{host}:{port}" for host, port in self.nodes]
         if self.kind == "sentinel":
-            return f"service {self.service} via sentinels {hosts}"
-        return f"cluster {hosts}"
+            return sentinel_address(str(self.service), hosts)
+        return cluster_address(hosts)
+
+
+def sentinel_address(service: str, sentinels: Iterable[str]) -> str:
+    """``service NAME via sentinels h:p,h:p``: how messages name a Sentinel-managed master."""
+    return f"service {service} via sentinels {','.join(sentinels) or '(none)'}"
+
+
+def cluster_address(nodes: Iterable[str]) -> str:
+    """``cluster h:p,h:p``: how messages name a cluster (the failing node is in redis-py's
+    own message)."""
+    return f"cluster {','.join(nodes)}"
 
 
 def is_topology_url(url: str) -> bool:
