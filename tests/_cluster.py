@@ -36,6 +36,12 @@ def find_redis_cli() -> str:
     return on_path
 
 
+def cluster_url(node_urls: list[str]) -> str:
+    """``redis+cluster://host:port,...`` for nodes given as ``redis://host:port/0`` URLs."""
+    hosts = ",".join(url.split("://")[1].split("/")[0] for url in node_urls)
+    return f"redis+cluster://{hosts}"
+
+
 @dataclass
 class ClusterSetup:
     """A started cluster; ``nodes`` holds every server, primaries first as created."""

@@ -76,6 +76,11 @@ class SentinelSetup:
             self.sentinels.append(("127.0.0.1", port))
         self._wait_ready()
 
+    def url(self, service: str = SERVICE) -> str:
+        """``redis+sentinel://host:port,.../service`` for these Sentinels."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"redis+sentinel://{hosts}/{service}"
+
     def _wait_ready(self) -> None:
         """Every Sentinel knows the primary, its replica and the other Sentinels."""
         deadline = time.monotonic() + STARTUP_TIMEOUT

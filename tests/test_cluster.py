@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,8 @@ from redis.crc import key_slot
 
 import echomq
 import echomq.sync
-from _cluster import ClusterSetup
+from _cluster import ClusterSetup, cluster_url
+from _failover import ride_through
 from echomq import JobOptions, JobState, Queue, Worker, ops
 from echomq._fail_fast import server_address
 from echomq.ops import worker as wops
@@ -323,11 +323,6 @@ async def _finished_children(cluster: RedisCluster, tag: str, parent_id: str) ->
     return bool(await cluster.hlen(f"{tag}:videos:{parent_id}:processed") == 2)
 
 
-def cluster_url(redis_cluster: list[str]) -> str:
-    hosts = ",".join(url.split("://")[1].split("/")[0] for url in redis_cluster)
-    return f"redis+cluster://{hosts}"
-
-
 async def test_the_cluster_url_form_everywhere_a_url_is_taken(redis_cluster: list[str]) -> None:
     """``redis+cluster://host:port,...``: the API opens (and closes) cluster clients for it, and
     the untagged-queue refusal holds there too."""
@@ -360,50 +355,19 @@ async def test_a_worker_and_a_producer_ride_through_a_cluster_failover(
     setup = ClusterSetup(tmp_path / "cluster", masters=3, replicas=1, node_timeout_ms=1000)
     setup.start()
     name = f"{{{queue_name}}}"
-    concurrency = 5
-    runs: dict[int, int] = {}
-    first_run: dict[int, float] = {}
 
-    async def record(job: echomq.Job) -> None:
-        i = int(job.data["i"])
-        runs[i] = runs.get(i, 0) + 1
-        first_run.setdefault(i, time.monotonic())
+    def kill_the_slots_primary() -> None:
+        victim = setup.master_of(queue_keys(name).marker)
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)
 
-    url = "redis+cluster://" + ",".join(u.split("://")[1].split("/")[0] for u in setup.urls)
-    acknowledged: list[int] = []
     try:
-        async with (
-            Queue(name, connection=url) as queue,
-            Worker(name, record, connection=url, concurrency=concurrency),
-        ):
-            for i in range(30):
-                await queue.add("before", {"i": i})
-                acknowledged.append(i)
-                await asyncio.sleep(0.01)
-            victim = setup.master_of(queue_keys(name).marker)
-            assert victim.pid is not None
-            os.kill(victim.pid, signal.SIGKILL)
-            killed = time.monotonic()
-            after: int | None = None
-            i = 30
-            while after is None or after not in first_run:
-                assert time.monotonic() - killed < 30, "no job ran on the new primary"
-                try:
-                    await queue.add("after", {"i": i})
-                except echomq.RedisUnavailableError:  # no primary for the slot yet
-                    await asyncio.sleep(0.02)
-                    continue
-                acknowledged.append(i)
-                after = i if after is None else after
-                i += 1
-                await asyncio.sleep(0.02)
-            resumed = first_run[after] - killed
-            await wait_for(lambda: set(acknowledged) <= set(runs), timeout=20)
+        run = await ride_through(cluster_url(setup.urls), name, kill_the_slots_primary)
     finally:
         setup.stop()
-    assert sorted(set(acknowledged) - set(runs)) == []  # nothing acknowledged was lost
-    assert sum(n - 1 for n in runs.values()) <= concurrency  # only jobs the failover cut
-    assert resumed < 1 + 4, f"the worker resumed {resumed:.2f} s after the kill"
+    assert run.lost == []  # nothing acknowledged was lost
+    assert run.extra_runs <= 5  # only jobs the failover cut
+    assert run.resumed < 1 + 4, f"the worker resumed {run.resumed:.2f} s after the kill"
 
 
 async def test_errors_on_a_cluster_client_name_the_cluster(cluster: RedisCluster) -> None:

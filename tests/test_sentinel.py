@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from redis.asyncio.sentinel import Sentinel
 
 import echomq
 import echomq.sync
+from _failover import ride_through
 from _sentinel import DOWN_AFTER_MS, SERVICE, SentinelSetup
 from echomq import Job, Queue, QueueEvents, RedisUnavailableError, ValidationError, Worker
 from echomq._fail_fast import redact_url
@@ -99,17 +99,12 @@ async def test_errors_name_the_service_and_the_sentinels(
     assert "localhost:6379" not in message
 
 
-def sentinel_url(setup: SentinelSetup, service: str = SERVICE) -> str:
-    hosts = ",".join(f"{host}:{port}" for host, port in setup.sentinels)
-    return f"redis+sentinel://{hosts}/{service}"
-
-
 async def test_the_sentinel_url_form_everywhere_a_url_is_taken(
     redis_sentinel: SentinelSetup, queue_name: str
 ) -> None:
     """``redis+sentinel://host:port,.../service``: each component opens (and closes) its own
     Sentinel-managed clients, as for any URL."""
-    url = sentinel_url(redis_sentinel)
+    url = redis_sentinel.url()
     done: list[str] = []
 
     async def record(job: Job) -> str:
@@ -133,7 +128,7 @@ async def test_the_sentinel_url_form_everywhere_a_url_is_taken(
 async def test_a_client_from_a_sentinel_url_names_the_service_in_its_errors(
     redis_sentinel: SentinelSetup, queue_name: str
 ) -> None:
-    url = sentinel_url(redis_sentinel, "no-such-service")
+    url = redis_sentinel.url("no-such-service")
     client = echomq.client_from_url(url)
     try:
         with pytest.raises(RedisUnavailableError, match="service no-such-service via sentinels"):
@@ -184,46 +179,16 @@ async def test_a_worker_and_a_producer_ride_through_a_sentinel_failover(
     primary soon after the failure is detected (down-after 1 s)."""
     setup = SentinelSetup(tmp_path / "sentinel")
     setup.start()
-    url = sentinel_url(setup)
-    concurrency = 5
-    runs: dict[int, int] = {}
-    first_run: dict[int, float] = {}
 
-    async def record(job: Job) -> None:
-        i = int(job.data["i"])
-        runs[i] = runs.get(i, 0) + 1
-        first_run.setdefault(i, time.monotonic())
+    def kill_primary() -> None:
+        assert setup.primary is not None and setup.primary.pid is not None
+        os.kill(setup.primary.pid, signal.SIGKILL)
 
-    acknowledged: list[int] = []
     try:
-        async with (
-            Queue(queue_name, connection=url) as queue,
-            Worker(queue_name, record, connection=url, concurrency=concurrency),
-        ):
-            for i in range(30):
-                await queue.add("before", {"i": i})
-                acknowledged.append(i)
-                await asyncio.sleep(0.01)
-            assert setup.primary is not None and setup.primary.pid is not None
-            os.kill(setup.primary.pid, signal.SIGKILL)
-            killed = time.monotonic()
-            after: int | None = None
-            i = 30
-            while after is None or after not in first_run:
-                assert time.monotonic() - killed < 30, "no job ran on the new primary"
-                try:
-                    await queue.add("after", {"i": i})
-                except RedisUnavailableError:  # no master yet: the producer tries again
-                    await asyncio.sleep(0.02)
-                    continue
-                acknowledged.append(i)
-                after = i if after is None else after
-                i += 1
-                await asyncio.sleep(0.02)
-            resumed = first_run[after] - killed
-            await wait_for(lambda: set(acknowledged) <= set(runs), timeout=20)
+        run = await ride_through(setup.url(), queue_name, kill_primary, concurrency=5)
     finally:
         setup.stop()
-    assert sorted(set(acknowledged) - set(runs)) == []  # nothing acknowledged was lost
-    assert sum(n - 1 for n in runs.values()) <= concurrency  # only jobs the failover cut
+    assert run.lost == []  # nothing acknowledged was lost
+    assert run.extra_runs <= 5  # only jobs the failover cut
+    resumed = run.resumed
     assert resumed < DOWN_AFTER_MS / 1000 + 3, f"the worker resumed {resumed:.2f} s after the kill"

@@ -20,7 +20,8 @@ import pytest
 from starlette.testclient import TestClient
 
 import echomq
-from _sentinel import SERVICE, SentinelSetup
+from _cluster import cluster_url
+from _sentinel import SentinelSetup
 from echomq import JobState, Queue
 from echomq.dashboard import create_app
 
@@ -32,16 +33,6 @@ PROCESSOR = textwrap.dedent(
         return job.data["x"] * 2
     """
 )
-
-
-def sentinel_url(setup: SentinelSetup) -> str:
-    hosts = ",".join(f"{host}:{port}" for host, port in setup.sentinels)
-    return f"redis+sentinel://{hosts}/{SERVICE}"
-
-
-def cluster_url(nodes: list[str]) -> str:
-    hosts = ",".join(url.split("://")[1].split("/")[0] for url in nodes)
-    return f"redis+cluster://{hosts}"
 
 
 def cli(*args: str, cwd: Path, url: str) -> subprocess.Popen[str]:
@@ -71,7 +62,7 @@ def topology_url(
     request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, redis_cluster: list[str]
 ) -> str:
     if request.param == "sentinel":
-        return sentinel_url(redis_sentinel)
+        return redis_sentinel.url()
     return cluster_url(redis_cluster)
 
 
