@@ -7,6 +7,7 @@ The Node side runs through ``tests/interop/node/driver.mjs`` (``npm ci --prefix 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ import nodepeer
 from nodepeer import NodePeer
 
 import echomq
-from echomq import Queue, QueueMeta, RateLimit
+from echomq import Queue, QueueMeta, RateLimit, Worker
 from helpers import queue_key
 
 pytestmark = pytest.mark.timeout(90)
@@ -227,3 +228,32 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         b"opts.maxLenEvents": b"10000",
         b"version": b"bullmq:6.7.0",
     }
+
+
+async def test_a_freed_global_slot_wakes_an_idle_node_worker(peer: NodePeer, redis: Redis) -> None:
+    """echomq's freed-slot marker (docs/protocol/differences.md#freed-slot-marker), seen by
+    BullMQ for Node with its default 5 s drain delay: a job that waited for the queue's only
+    global slot, held by a job finished by hand (a finish that takes no job), starts on the
+    idle Node worker within a fraction of the drain delay, where BullMQ alone wakes nobody."""
+    async with Queue(peer.queue, connection=redis) as q:
+        await q.set_global_concurrency(1)
+        held = await q.add("held", 0)
+        by_hand = Worker(peer.queue, None, connection=redis)
+        try:
+            taken = await by_hand.get_next_job("by-hand", block=False)
+            assert taken is not None and taken.id == held.id
+            worker = await peer.start(
+                "work", concurrency=2, count=1, timeoutMs=20000, lockDuration=5000
+            )
+            await worker.wait_for_event("ready")
+            waiting = await q.add("waiting", 1)  # the queue is maxed: no marker, no start
+            await asyncio.sleep(1.0)  # the Node worker is idle on its 5 s blocking wait
+            assert str(await q.get_state(waiting.id)) == "waiting"
+            freed = time.time()
+            await taken.move_to_completed("done", "by-hand")
+            report = await worker.result(30)
+        finally:
+            await by_hand.close()
+    started = starts_of(report)
+    assert len(started) == 1
+    assert started[0] / 1000 - freed < 1.0, "the Node worker slept out its drain delay"
