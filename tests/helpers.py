@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    import echomq
+    from echomq.worker._session import Session
+
 T = TypeVar("T")
 
 Snapshot = dict[bytes, tuple[bytes, bytes]]
@@ -220,3 +223,10 @@ return 1
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def session_of(worker: echomq.Worker) -> Session:
+    """The run of a running worker (its held jobs, its process pool, its control channel)."""
+    session = worker._session
+    assert session is not None, "the worker is not running"
+    return session

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 import echomq
 import echomq.sync
 from echomq import Job, JobCancelledError, Queue, Worker
-from helpers import wait_for
+from helpers import session_of, wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
 
@@ -178,8 +178,7 @@ async def test_cancel_from_another_process_reaches_the_worker_within_a_second(
 
     async with Worker(queue_name, long, connection=redis, **FAST) as worker:
         await asyncio.wait_for(started.wait(), 5)
-        assert worker._control is not None
-        await asyncio.wait_for(worker._control.ready.wait(), 5)
+        await asyncio.wait_for(session_of(worker).control.ready.wait(), 5)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
@@ -213,8 +212,7 @@ async def test_sync_queue_cancel_job_requeues(
 
     async with Worker(queue_name, long, connection=redis, **FAST) as worker:
         await asyncio.wait_for(started.wait(), 5)
-        assert worker._control is not None
-        await asyncio.wait_for(worker._control.ready.wait(), 5)
+        await asyncio.wait_for(session_of(worker).control.ready.wait(), 5)
         await worker.pause(wait_for_active=False)
 
         def cancel() -> bool:
@@ -237,8 +235,7 @@ async def test_malformed_control_messages_are_ignored(redis: Redis, queue_name: 
 
     async with Worker(queue_name, long, connection=redis, **FAST) as worker:
         await asyncio.wait_for(started.wait(), 5)
-        assert worker._control is not None
-        await asyncio.wait_for(worker._control.ready.wait(), 5)
+        await asyncio.wait_for(session_of(worker).control.ready.wait(), 5)
         channel = f"bull:{queue_name}:echomq:control"
         for message in (b"not json", b"[]", b'{"op":"reboot"}', b'{"op":"cancel"}'):
             assert await redis.publish(channel, message) == 1

@@ -38,7 +38,7 @@ from echomq import (
 )
 from echomq.ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
-from helpers import wait_for
+from helpers import session_of, wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
 PARAMS = wops.FetchParams("t:", 30_000)
@@ -400,7 +400,7 @@ async def test_step_job_in_a_real_worker(redis: Redis, queue_name: str, pk: Queu
         await wait_for(lambda: redis.zscore(pk.waiting_children, "S"), timeout=10)
         await asyncio.sleep(0.6)  # longer than the lock: no renewal, no stalled recovery
         locked_while_waiting.append(bool(await redis.exists(pk.lock("S"))))
-        assert "S" not in worker._held.values()  # the worker no longer renews its lock
+        assert "S" not in session_of(worker).held.values()  # the worker no longer renews its lock
         assert await redis.zscore(pk.waiting_children, "S") is not None
         assert await redis.hget(pk.job("S"), "atm") is None  # no outcome was recorded
         release.set()

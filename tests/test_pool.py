@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 import echomq
 from echomq import InvalidOptionError, Job, Worker, WorkerOptions
 from echomq.cli import main
-from helpers import queue_key, wait_for
+from helpers import queue_key, session_of, wait_for
 from procs import pool as procs
 
 pytestmark = pytest.mark.timeout(60)
@@ -173,13 +173,13 @@ async def test_a_noisy_child_that_ignores_sigterm_does_not_break_the_worker(
     worker = Worker(queue_name, procs.noisy, connection=redis, processes=2, **FAST)
     async with worker:
         await state_count(redis, queue_name, "completed", 3)
-        assert worker._pool is not None
-        pids = worker._pool.pids
+        assert session_of(worker).pool is not None
+        pids = session_of(worker).pool.pids
         for pid in pids:
             os.kill(pid, signal.SIGTERM)  # ignored by the child
         await echomq.add(queue_name, "n", {}, connection=redis)
         await state_count(redis, queue_name, "completed", 4)
-        assert worker._pool.pids == pids
+        assert session_of(worker).pool.pids == pids
         started = time.monotonic()
     assert time.monotonic() - started < 5
     for pid in pids:
@@ -194,8 +194,8 @@ async def test_a_job_running_in_a_child_at_close_goes_back_to_wait(
     worker = Worker(queue_name, procs.sleep, connection=redis, processes=1, close_grace=0.2, **FAST)
     async with worker:
         await wait_for(lambda: redis.lrange(queue_key(queue_name, "active"), 0, -1), timeout=20)
-        assert worker._pool is not None
-        pids = worker._pool.pids
+        assert session_of(worker).pool is not None
+        pids = session_of(worker).pool.pids
         started = time.monotonic()
     assert time.monotonic() - started < 5
     assert await redis.lrange(queue_key(queue_name, "wait"), 0, -1) == [job.id.encode()]
@@ -240,7 +240,7 @@ async def test_processes_zero_keeps_threads(redis: Redis, queue_name: str) -> No
     worker = Worker(queue_name, procs.pid, connection=redis, **FAST)
     async with worker:
         await state_count(redis, queue_name, "completed", 1)
-        assert worker._pool is None
+        assert session_of(worker).pool is None
     ids = await redis.zrange(queue_key(queue_name, "completed"), 0, -1)
     assert (await hash_of(redis, queue_name, ids[0].decode()))["returnvalue"] == str(os.getpid())
 
@@ -268,8 +268,8 @@ async def test_concurrency_above_processes_waits_for_a_free_child(
         # The worker holds as many jobs as its concurrency (active, locked) ...
         await wait_for(all_slots_taken, timeout=20, message=f"{concurrency} jobs active at once")
         await state_count(redis, queue_name, "completed", len(jobs))
-        assert worker._pool is not None
-        children = set(worker._pool.pids)
+        assert session_of(worker).pool is not None
+        children = set(session_of(worker).pool.pids)
     # ... but runs at most one per child: the others waited for a free child.
     runs = [json.loads((await hash_of(redis, queue_name, j.id))["returnvalue"]) for j in jobs]
     assert {r["pid"] for r in runs} <= children and len(children) == processes
@@ -332,9 +332,11 @@ async def test_a_child_killed_while_idle_is_replaced_without_failing_a_job(
 ) -> None:
     worker = Worker(queue_name, procs.pid, connection=redis, processes=1, **FAST)
     async with worker:
-        await wait_for(lambda: worker._pool is not None and worker._pool.pids, timeout=20)
-        assert worker._pool is not None
-        [idle] = worker._pool.pids
+        await wait_for(
+            lambda: session_of(worker).pool is not None and session_of(worker).pool.pids, timeout=20
+        )
+        assert session_of(worker).pool is not None
+        [idle] = session_of(worker).pool.pids
         os.kill(idle, signal.SIGKILL)
         await asyncio.sleep(0.2)
         job = await echomq.add(queue_name, "p", {}, connection=redis)

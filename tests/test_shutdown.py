@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 import echomq
 import echomq.sync
 from echomq import Job, Worker
+from echomq.worker._session import Session
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
@@ -77,15 +78,15 @@ async def test_close_while_a_job_records_its_own_outcome_returns_promptly(
     close() records it and returns, without waiting out the finish deadline."""
     job = await echomq.add(queue_name, "only", {}, connection=redis)
     in_call, release = asyncio.Event(), asyncio.Event()
-    call = Worker._call
+    call = Session.call
 
-    async def held(self: Worker, items: list[Any], fetch: int, outages: Any = None) -> Any:
+    async def held(self: Session, items: list[Any], fetch: int, outages: Any = None) -> Any:
         if items:  # the outcome of the only job, recorded by its own task
             in_call.set()
             await release.wait()
         return await call(self, items, fetch, outages)
 
-    monkeypatch.setattr(Worker, "_call", held)
+    monkeypatch.setattr(Session, "call", held)
     worker = Worker(queue_name, lambda j: "done", connection=redis, **FAST)
     runner = asyncio.create_task(worker.run())
     await asyncio.wait_for(in_call.wait(), 5)

@@ -23,7 +23,7 @@ from echomq import (
     Worker,
     WorkerOptions,
 )
-from helpers import queue_key, wait_for
+from helpers import queue_key, session_of, wait_for
 from procs import pool as procs
 
 pytestmark = pytest.mark.timeout(60)
@@ -132,12 +132,16 @@ async def test_a_pool_child_is_killed_at_the_deadline_and_replaced(
     job = await echomq.add(queue_name, "s", {"seconds": 30}, timeout=0.5, connection=redis)
     worker = Worker(queue_name, procs.sleep, connection=redis, processes=1, **FAST)
     async with worker:
-        await wait_for(lambda: worker._pool is not None and worker._pool.pids, timeout=20)
-        assert worker._pool is not None
-        first = worker._pool.pids
+        await wait_for(
+            lambda: session_of(worker).pool is not None and session_of(worker).pool.pids, timeout=20
+        )
+        assert session_of(worker).pool is not None
+        first = session_of(worker).pool.pids
         await state_count(redis, queue_name, "failed", 1)
-        await wait_for(lambda: worker._pool is not None and worker._pool.pids, timeout=20)
-        assert worker._pool.pids != first
+        await wait_for(
+            lambda: session_of(worker).pool is not None and session_of(worker).pool.pids, timeout=20
+        )
+        assert session_of(worker).pool.pids != first
         quick = await echomq.add(queue_name, "q", {"seconds": 0}, connection=redis)
         await state_count(redis, queue_name, "completed", 1)
     h = await hash_of(redis, queue_name, job.id)

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 import echomq
 from echomq import Backoff, Job, KeepJobs, Limiter, Worker
 from echomq.worker import WorkerState
+from echomq.worker._session import Session
 from helpers import wait_for
 
 FAST = {"drain_delay": 0.2, "stalled_interval": 5.0}
@@ -117,9 +118,9 @@ async def test_two_finish_calls_in_flight_each_with_half_the_slots(
     """While Redis records one batch, the worker runs the jobs the other call returned."""
     await echomq.add_bulk(queue_name, [("c", {"i": i}) for i in range(400)], connection=redis)
     flying = peak = biggest = 0
-    call = Worker._call
+    call = Session.call
 
-    async def counted(self: Worker, items: list[Any], fetch: int, outages: Any = None) -> Any:
+    async def counted(self: Session, items: list[Any], fetch: int, outages: Any = None) -> Any:
         nonlocal flying, peak, biggest
         flying += 1
         peak, biggest = max(peak, flying), max(biggest, len(items))
@@ -128,7 +129,7 @@ async def test_two_finish_calls_in_flight_each_with_half_the_slots(
         finally:
             flying -= 1
 
-    monkeypatch.setattr(Worker, "_call", counted)
+    monkeypatch.setattr(Session, "call", counted)
     seen: list[int] = []
 
     async def quick(job: Job) -> int:

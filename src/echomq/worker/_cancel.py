@@ -14,7 +14,6 @@ channel (``<prefix>:<queue>:echomq:control``, a pub/sub channel and not a key, s
 sees it); every echomq worker of the queue keeps one subscribed connection
 (:class:`ControlListener`) and the one holding the job cancels it. Messages sent while a
 worker is reconnecting are lost: a request is confirmed by the job's state, not by delivery.
-:class:`CancelMixin` gives ``Worker`` its public cancel methods.
 """
 
 from __future__ import annotations
@@ -32,9 +31,7 @@ from .._retry import TRANSIENT, RetryBackoff, classify
 from .._run_state import RunState
 from ..ops.worker import CancelRequest, decode_control
 from ..protocol.keys import QueueKeys
-from ._lifecycle import Lifecycle
 from ._outages import OutageLog
-from ._threads import ThreadTracker
 
 logger = logging.getLogger("echomq.worker")
 
@@ -158,74 +155,3 @@ async def _close(pubsub: Any, client: redis.asyncio.Redis) -> None:
         await asyncio.shield(client.aclose())
     except (asyncio.CancelledError, *TRANSIENT):
         pass
-
-
-class CancelMixin:
-    """``Worker.cancel_job`` / ``cancel_all_jobs`` / ``abandoned_job_ids`` over the worker's
-    tables of held jobs (token -> id), runs and job tasks (token -> RunState / task)."""
-
-    _keys: QueueKeys
-    _held: dict[str, str]
-    _runs: dict[str, RunState]
-    _running: dict[str, asyncio.Task[None]]
-    _threads: ThreadTracker
-    _life: Lifecycle
-
-    async def cancel_job(
-        self, job_id: str, reason: str | None = None, *, requeue: bool = False
-    ) -> bool:
-        """Cancel a job this worker is running.
-
-        An async processor gets ``asyncio.CancelledError`` at its next ``await``; a sync one
-        sees ``job.cancelled`` turn true (``job.raise_if_cancelled()`` raises), and the worker
-        stops waiting for its thread at once. The job then fails with
-        :class:`~echomq.JobCancelledError` and ``reason`` as its failed reason, without retry,
-        or with ``requeue`` goes back to the front of ``wait`` (its attempt not counted).
-
-        Args:
-            job_id: the job.
-            reason: its failed reason (default ``"cancelled"``).
-            requeue: put the job back in wait instead of failing it.
-
-        Returns:
-            True if this worker was running the job's processor; False for a job it does not
-            hold, or whose processor already returned (its outcome stands).
-        """
-        return self._cancel(job_id, reason, requeue)
-
-    async def cancel_all_jobs(self, reason: str | None = None, *, requeue: bool = False) -> int:
-        """Cancel every job this worker is running (see :meth:`cancel_job`).
-
-        Returns:
-            How many jobs were cancelled.
-        """
-        return sum(self._cancel(job_id, reason, requeue) for job_id in list(self._runs_by_id()))
-
-    def _runs_by_id(self) -> dict[str, str]:
-        return {self._held[token]: token for token in self._runs if token in self._held}
-
-    def _cancel(self, job_id: str, reason: str | None, requeue: bool) -> bool:
-        token = self._runs_by_id().get(job_id)
-        if token is None:
-            return False
-        run = self._runs[token]
-        done = request_cancel(run, self._running.get(token), reason or "cancelled", requeue=requeue)
-        if done:
-            logger.info(
-                "queue=%s job=%s cancel requested: %s%s",
-                self._keys.name,
-                job_id,
-                run.reason,
-                " (back to wait)" if requeue else "",
-                extra={"queue": self._keys.name, "job_id": job_id, "status": "cancel-requested"},
-            )
-        return done
-
-    @property
-    def abandoned_job_ids(self) -> list[str]:
-        """Jobs whose sync processor is still running in its thread although the worker gave
-        up on it (closed, or cancelled it): their jobs went back to wait (or failed) and what
-        the threads return will be discarded. The process only exits once they end, unless it
-        exits with ``os._exit`` (the CLI does, with exit code 3)."""
-        running = set(self._threads.running())
-        return sorted(running - set(self._runs_by_id()) if self._life.may_fetch() else running)

@@ -3,12 +3,17 @@
 This table is the one place that decides what a worker may do. The loops ask it, instead of
 testing flags of their own::
 
-    state     fetch  run jobs  record outcomes  renew locks  stalled check
-    NEW        no      no          no               no            no
-    RUNNING    yes     yes         yes              yes           yes
-    CLOSING    no      the ones    yes              yes           no
-                       it holds
-    CLOSED     no      no          no               no            no
+    state     fetch  start jobs it took  renew locks, record outcomes  stalled check
+    NEW        no         no                      no                       no
+    RUNNING    yes        yes                     yes                      yes
+    CLOSING    no         no (handed back)        yes                      no
+    CLOSED     no         no                      no                       no
+
+"Fetch" and "start jobs it took" are one column: a state that takes no new jobs hands back the
+jobs a call in flight returns, and every "is the worker closing?" is this question. Outcomes
+are recorded exactly while locks are renewed: a held job's lock is kept until its outcome is
+recorded or the job is handed back. ``pause()`` is an overlay on RUNNING kept here too: a
+paused worker fetches nothing and runs what it holds (:meth:`Lifecycle.may_fetch_now`).
 
 Moves: NEW -> RUNNING (``run()``), NEW -> CLOSED (``close()`` before ``run()``),
 RUNNING -> CLOSING (``close()``), CLOSING -> CLOSED (the end of ``close()``).
@@ -42,16 +47,15 @@ class Allows:
     """What a worker may do in one state."""
 
     fetch: bool
-    record: bool
     renew_locks: bool
     check_stalled: bool
 
 
 ALLOWS: dict[WorkerState, Allows] = {
-    WorkerState.NEW: Allows(fetch=False, record=False, renew_locks=False, check_stalled=False),
-    WorkerState.RUNNING: Allows(fetch=True, record=True, renew_locks=True, check_stalled=True),
-    WorkerState.CLOSING: Allows(fetch=False, record=True, renew_locks=True, check_stalled=False),
-    WorkerState.CLOSED: Allows(fetch=False, record=False, renew_locks=False, check_stalled=False),
+    WorkerState.NEW: Allows(fetch=False, renew_locks=False, check_stalled=False),
+    WorkerState.RUNNING: Allows(fetch=True, renew_locks=True, check_stalled=True),
+    WorkerState.CLOSING: Allows(fetch=False, renew_locks=True, check_stalled=False),
+    WorkerState.CLOSED: Allows(fetch=False, renew_locks=False, check_stalled=False),
 }
 
 MOVES: dict[WorkerState, frozenset[WorkerState]] = {
@@ -65,10 +69,12 @@ MOVES: dict[WorkerState, frozenset[WorkerState]] = {
 class Lifecycle:
     """The current state of one worker; refuses moves the table does not list."""
 
-    __slots__ = ("state",)
+    __slots__ = ("paused", "state")
 
     def __init__(self) -> None:
         self.state = WorkerState.NEW
+        #: ``pause()``: no fetching, in any state, until ``resume()``
+        self.paused = False
 
     def move(self, to: WorkerState) -> None:
         """Move to ``to``.
@@ -86,8 +92,13 @@ class Lifecycle:
         return ALLOWS[self.state]
 
     def may_fetch(self) -> bool:
-        """Whether new jobs may be taken now."""
+        """Whether the state takes new jobs (False: closing, or not running); jobs a call in
+        flight returns are handed back when it does not."""
         return ALLOWS[self.state].fetch
+
+    def may_fetch_now(self) -> bool:
+        """Whether a fetch may start now: the state takes jobs and the worker is not paused."""
+        return ALLOWS[self.state].fetch and not self.paused
 
     def may_renew(self) -> bool:
         """Whether the locks of held jobs are renewed now."""

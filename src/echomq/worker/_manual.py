@@ -7,7 +7,6 @@ counter); with ``block`` it first waits on the marker key for up to ``drain_dela
 a running worker does. Nothing renews the locks of jobs taken this way: call
 ``job.extend_lock(token, duration)`` within the lock duration, and
 ``start_stalled_check_timer()`` to run the stalled check (fleet-wide, as in a running worker).
-:class:`ManualMixin` gives ``Worker`` these two methods.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from ..ops import worker as wops
 from ..options import WorkerOptions, to_seconds
 from ..protocol.keys import QueueKeys
 from ._fetch import MarkerWaiter
-from ._lifecycle import Lifecycle, WorkerState
 from ._stalled import StalledChecker
 
 logger = logging.getLogger("echomq.worker")
@@ -90,43 +88,3 @@ class ManualFetcher:
             await stop_tasks([self._stalled])
         if self._waiter is not None:
             await self._waiter.aclose()
-
-
-class ManualMixin:
-    """``Worker.get_next_job`` and ``Worker.start_stalled_check_timer``."""
-
-    options: WorkerOptions
-    _keys: QueueKeys
-    _conn: AsyncConn
-    _life: Lifecycle
-    _manual: ManualFetcher | None
-
-    async def get_next_job(self, token: str, *, block: bool = True) -> Job | None:
-        """Take the next job by hand, locked with ``token`` (for custom loops, as Node's
-        ``getNextJob``); finish it with ``job.move_to_completed`` / ``move_to_failed`` /
-        ``move_to_wait`` / ``move_to_delayed``, and keep its lock with ``job.extend_lock``.
-
-        Args:
-            token: the lock token, unique per job taken (e.g. ``f"{uuid4()}"``).
-            block: with no job ready, wait on the queue's marker up to ``drain_delay``.
-
-        Returns:
-            The job (now active), or None when none became ready.
-
-        Raises:
-            RuntimeError: the worker is running its own loops (``run()``).
-        """
-        if self._life.state is not WorkerState.NEW:
-            raise RuntimeError("get_next_job is for workers that are not run(); close() ends it")
-        if self._manual is None:
-            self._manual = ManualFetcher(self._keys, self._conn, self.options)
-        return await self._manual.next_job(token, block)
-
-    def start_stalled_check_timer(self) -> None:
-        """Run the stalled check every ``stalled_interval`` (for a worker used by hand; a
-        running worker does it itself) until :meth:`close`."""
-        if self._life.state is not WorkerState.NEW:
-            raise RuntimeError("a running worker checks stalled jobs itself")
-        if self._manual is None:
-            self._manual = ManualFetcher(self._keys, self._conn, self.options)
-        self._manual.start_stalled_checks()
