@@ -25,8 +25,11 @@ from .test_backend import wait_finished
 pytestmark = pytest.mark.usefixtures("tasks_settings")
 
 
-def manage(*args: str, redis_url: str, prefix: str) -> subprocess.Popen[str]:
+def manage(
+    *args: str, redis_url: str, prefix: str, debug: bool = False
+) -> subprocess.Popen[str]:
     env = {**os.environ, "ECHOMQ_REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix}
+    env["DJANGO_DEBUG"] = "1" if debug else "0"
     env.pop("DJANGO_SETTINGS_MODULE", None)
     return subprocess.Popen(
         [sys.executable, "manage.py", *args],
@@ -59,6 +62,25 @@ async def test_the_command_runs_tasks_enqueued_by_a_view(redis_url: str, prefix:
     assert worker.returncode == 0, output
     assert "processing queue emails" in output
     assert "echomq.contrib.django.worker:run_task" in output
+
+
+async def test_under_debug_each_task_state_is_logged_once(redis_url: str, prefix: str) -> None:
+    """With ``DEBUG = True`` Django's own console handler prints ``django.tasks`` records;
+    the worker's log handler must not print them a second time."""
+    worker = manage(
+        "echomq_worker", "--queue", "emails", redis_url=redis_url, prefix=prefix, debug=True
+    )
+    try:
+        result = await tasks.send_receipt.aenqueue(7, email="ada@example.com")
+        await wait_finished(result, timeout=30)
+        assert result.status == TaskResultStatus.SUCCESSFUL
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 0, output
+    for state in ("RUNNING", "SUCCESSFUL"):
+        lines = [line for line in output.splitlines() if f"id={result.id} " in line]
+        assert sum(f"state={state}" in line for line in lines) == 1, output
 
 
 def test_the_command_offers_every_option_of_echomq_worker(redis_url: str, prefix: str) -> None:

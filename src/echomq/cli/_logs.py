@@ -3,7 +3,9 @@
 The library logs one INFO line per job transition on ``echomq.worker``; the CLI sends every
 record at or above the chosen level to stderr, one line each: text, or with ``json`` one JSON
 object per line (``time``, ``level``, ``logger``, ``message``, the record's ``extra`` facts, and
-``exc_info`` with the traceback when there is one).
+``exc_info`` with the traceback when there is one). A record that a handler of its own logger
+already printed (Django's ``console`` handler on ``django`` under ``DEBUG = True``, say) is not
+printed again.
 """
 
 from __future__ import annotations
@@ -44,6 +46,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _NotPrintedBelowRoot(logging.Filter):
+    """Drops a record that a handler between its logger and the root will also handle, so that
+    a framework's own console handler (Django's, under ``DEBUG``) and ours never print one
+    record twice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        root = logging.getLogger()
+        while logger is not None and logger is not root:
+            for handler in logger.handlers:
+                if record.levelno >= handler.level and handler.filter(record):
+                    return False
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        return True
+
+
 def configure_logging(level: str, log_format: str = "text") -> None:
     """Log records at ``level`` and above to stderr; calling it again replaces the handler.
 
@@ -54,6 +74,7 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_FORMAT))
+    handler.addFilter(_NotPrintedBelowRoot())
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
         root.removeHandler(old)

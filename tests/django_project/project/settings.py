@@ -7,7 +7,7 @@ The Redis URL and key prefix come from the environment so the suite can point th
 import os
 
 SECRET_KEY = "test-only"
-DEBUG = False
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"  # the suite runs one worker with DEBUG on
 ALLOWED_HOSTS = ["testserver", "localhost"]
 USE_TZ = True
 ROOT_URLCONF = "project.urls"
