@@ -1,7 +1,8 @@
-"""Options are defined once: the dataclasses in ``echomq.options``.
+"""Options are defined once: the dataclasses in ``echomq.options`` (each job option in its
+field, with its wire name, doc, check and conversions).
 
-The TypedDicts that type ``**options`` and the wire names in ``protocol/fields.py`` are checked
-against them here, and the protocol layer is checked to import nothing above it.
+The TypedDicts that type ``**options`` (static typing cannot be derived from a dataclass) are
+checked against them here, and the protocol layer is checked to import nothing above it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from importlib import resources
 from typing import Any
 
 from echomq.options import (
+    OMIT_CONTEXT,
+    OPTION_NAMES,
     UNSET,
     Backoff,
     Deduplication,
@@ -25,7 +28,6 @@ from echomq.options import (
     WorkerOptions,
     WorkerOptionsDict,
 )
-from echomq.protocol import fields
 
 #: TypedDict keys that accept more than the dataclass field holds after validation.
 WIDER_KEYWORDS = {
@@ -42,10 +44,13 @@ def _members(tp: Any) -> set[Any]:
     return {a for a in (args or (tp,)) if a is not type(UNSET)}
 
 
-def test_every_job_option_has_one_wire_name() -> None:
+def test_every_job_option_has_one_wire_name_and_a_doc() -> None:
     names = [f.name for f in dataclasses.fields(JobOptions)]
-    assert list(fields.OPTION_NAMES) == names
-    assert len(set(fields.OPTION_NAMES.values())) == len(names)
+    assert list(OPTION_NAMES) == names
+    assert len(set(OPTION_NAMES.values())) == len(names)
+    doc = JobOptions.__doc__ or ""
+    for name in names:  # the Args list is made from the fields' own docs
+        assert f"\n        {name}: " in doc, name
 
 
 def test_job_options_dict_matches_the_dataclass() -> None:
@@ -113,9 +118,7 @@ def test_wire_round_trip_of_every_option() -> None:
     }
     # One failure policy at a time: the other three are checked one by one; deduplication
     # cannot go with a parent, so it is checked on its own.
-    assert set(wire) == set(fields.OPTION_NAMES.values()) - {"cpof", "idof", "rdof", "de"} | {
-        fields.OMIT_CONTEXT
-    }
+    assert set(wire) == set(OPTION_NAMES.values()) - {"cpof", "idof", "rdof", "de"} | {OMIT_CONTEXT}
     back = JobOptions.from_wire(wire)
     assert back.to_wire() == wire
     deduplicated = JobOptions(deduplication=dedup)

@@ -2,11 +2,11 @@
 
 Durations are seconds (``float``) or :class:`datetime.timedelta`; points in time are
 :class:`datetime.datetime` or epoch seconds. Milliseconds exist only on the wire: the
-``to_wire`` / ``from_wire`` conversions here produce them, with the key names of
-:data:`echomq.protocol.fields.OPTION_NAMES` (options sit above the protocol layer and read its
-names; the protocol imports nothing from here). :class:`JobOptions` is the one definition of the
-job options: :class:`JobOptionsDict` (the typing of ``**options``) and the wire names are checked
-against it by ``tests/test_options_model.py``.
+``to_wire`` / ``from_wire`` conversions here produce them. Each job option is defined once, in
+its field of :class:`JobOptions` (an :class:`OptionSpec`: wire name, doc, check, conversions);
+:data:`OPTION_NAMES`, the class's ``Args:`` list, validation and the wire form are derived from
+those fields. :class:`JobOptionsDict` (the typing of ``**options``, which static typing cannot
+derive) is checked against them by ``tests/test_options_model.py``.
 
 Per-call options override queue defaults through :data:`UNSET`, which is distinct from
 ``None``: ``JobOptions.merged(defaults, overrides)`` keeps a default only where the override is
@@ -20,10 +20,10 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Final, Literal, Protocol, TypeAlias, TypedDict
 
 from .errors import InvalidOptionError
-from .protocol.fields import OMIT_CONTEXT, OPTION_NAMES
 
 MAX_PRIORITY: Final = 2**21 - 1
 
@@ -367,208 +367,7 @@ class JobTelemetry:
         raise InvalidOptionError(f"telemetry must be a JobTelemetry or a mapping, got {value!r}")
 
 
-#: The four failure policies of a child job (at most one per job), by option name.
-FAILURE_POLICIES: Final = (
-    "fail_parent_on_failure",
-    "continue_parent_on_failure",
-    "ignore_dependency_on_failure",
-    "remove_dependency_on_failure",
-)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class JobOptions:
-    """Options of one job. Every field is optional; ``UNSET`` means "use the default".
-
-    Args:
-        job_id: a custom id (a string that is not an integer, without ``:``).
-        delay: wait this long before the job may run.
-        priority: 0 (none) .. 2**21-1; lower numbers run first.
-        lifo: put the job at the front of the line instead of the back.
-        attempts: total number of tries (0 and 1 both mean one try).
-        backoff: delay between tries.
-        remove_on_complete: retention of the job once completed.
-        remove_on_fail: retention of the job once failed.
-        keep_logs: keep only the newest N log lines.
-        stacktrace_limit: keep only the newest N stack traces.
-        size_limit: refuse data whose JSON text is larger than this many bytes.
-        timestamp: creation time (defaults to now).
-        parent: add the job as a child of this existing job (a :class:`Parent`, a mapping
-            ``{"id": ..., "queue": "prefix:name"}`` or a Job); the parent must exist.
-        fail_parent_on_failure: when this child fails for good, fail its parent.
-        continue_parent_on_failure: when this child fails for good, release its parent at
-            once, even with other children pending.
-        ignore_dependency_on_failure: when this child fails for good, count it as done and
-            record its failure in the parent (``get_ignored_children_failures``).
-        remove_dependency_on_failure: when this child fails for good, count it as done,
-            recording nothing.
-        deduplication: add the job only when no job owns this deduplication window (a
-            :class:`Deduplication` or a mapping of its fields); not with ``parent``.
-        timeout: fail an attempt that runs longer than this (seconds or timedelta; positive)
-            with :class:`~echomq.JobTimeoutError`; echomq workers enforce it, Node workers
-            ignore it (see docs/workers.md, "Process isolation and timeouts").
-        telemetry: the job's trace context options (a :class:`JobTelemetry` or a mapping of
-            its fields; stored as ``tm`` / ``omc`` as BullMQ does).
-
-    At most one of the four failure policies may be set. A child without one that fails for
-    good keeps its parent waiting (until the child is retried or removed).
-    """
-
-    job_id: str | _Unset = UNSET
-    delay: Duration | _Unset = UNSET
-    priority: int | _Unset = UNSET
-    lifo: bool | _Unset = UNSET
-    attempts: int | _Unset = UNSET
-    backoff: Backoff | _Unset = UNSET
-    remove_on_complete: Retention | _Unset = UNSET
-    remove_on_fail: Retention | _Unset = UNSET
-    keep_logs: int | _Unset = UNSET
-    stacktrace_limit: int | _Unset = UNSET
-    size_limit: int | _Unset = UNSET
-    timestamp: Moment | _Unset = UNSET
-    parent: Parent | _Unset = UNSET
-    fail_parent_on_failure: bool | _Unset = UNSET
-    continue_parent_on_failure: bool | _Unset = UNSET
-    ignore_dependency_on_failure: bool | _Unset = UNSET
-    remove_dependency_on_failure: bool | _Unset = UNSET
-    deduplication: Deduplication | _Unset = UNSET
-    timeout: Duration | _Unset = UNSET
-    telemetry: JobTelemetry | _Unset = UNSET
-
-    def __post_init__(self) -> None:
-        if self.timeout is not UNSET:
-            check_timeout(self.timeout, "timeout")
-        if self.telemetry is not UNSET:
-            object.__setattr__(self, "telemetry", JobTelemetry.coerce(self.telemetry))
-        if self.job_id is not UNSET and not isinstance(self.job_id, str):
-            from .errors import InvalidJobIdError
-
-            raise InvalidJobIdError(
-                f"job_id must be a str, got {type(self.job_id).__name__} {self.job_id!r}"
-            )
-        if self.delay is not UNSET:
-            to_seconds(self.delay, "delay")
-        if self.priority is not UNSET:
-            _check_int(self.priority, "priority", low=0, high=MAX_PRIORITY)
-        if self.lifo is not UNSET and not isinstance(self.lifo, bool):
-            raise InvalidOptionError(f"lifo must be a bool, got {self.lifo!r}")
-        if self.attempts is not UNSET:
-            _check_int(self.attempts, "attempts", low=0)
-        if self.backoff is not UNSET:
-            object.__setattr__(self, "backoff", Backoff.coerce(self.backoff))
-        if self.remove_on_complete is not UNSET:
-            _check_retention(self.remove_on_complete, "remove_on_complete")
-        if self.remove_on_fail is not UNSET:
-            _check_retention(self.remove_on_fail, "remove_on_fail")
-        if self.keep_logs is not UNSET:
-            _check_int(self.keep_logs, "keep_logs", low=0)
-        if self.stacktrace_limit is not UNSET:
-            _check_int(self.stacktrace_limit, "stacktrace_limit", low=0)
-        if self.size_limit is not UNSET:
-            _check_int(self.size_limit, "size_limit", low=1)
-        if self.timestamp is not UNSET:
-            moment_to_ms(self.timestamp, "timestamp")
-        if self.parent is not UNSET:
-            object.__setattr__(self, "parent", Parent.coerce(self.parent))
-        chosen = []
-        for policy in FAILURE_POLICIES:
-            value = getattr(self, policy)
-            if value is UNSET:
-                continue
-            if not isinstance(value, bool):
-                raise InvalidOptionError(f"{policy} must be a bool, got {value!r}")
-            if value:
-                chosen.append(policy)
-        if len(chosen) > 1:
-            raise InvalidOptionError(
-                f"the failure policies {' and '.join(chosen)} cannot be used together; "
-                "choose one for this job"
-            )
-        if self.deduplication is not UNSET:
-            object.__setattr__(self, "deduplication", Deduplication.coerce(self.deduplication))
-            if self.parent is not UNSET:
-                raise InvalidOptionError(
-                    "deduplication and parent cannot be used together (as in BullMQ): a child "
-                    "job cannot be deduplicated"
-                )
-
-    @property
-    def failure_policy(self) -> str | None:
-        """The wire flag of the failure policy set (``fpof``, ``cpof``, ``idof``, ``rdof``) or
-        None."""
-        for policy in FAILURE_POLICIES:
-            if getattr(self, policy) is True:
-                return OPTION_NAMES[policy]
-        return None
-
-    @classmethod
-    def build(cls, options: Mapping[str, Any]) -> JobOptions:
-        """Build from keyword options, naming unknown ones in the error."""
-        if not options:
-            return EMPTY_OPTIONS
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(options) - names
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown job option(s) {sorted(unknown)}; allowed: {sorted(names)}"
-            )
-        return cls(**options)
-
-    def merged(self, overrides: JobOptions) -> JobOptions:
-        """These options with every field that ``overrides`` sets replaced."""
-        if overrides is EMPTY_OPTIONS:
-            return self
-        changes = {
-            f.name: getattr(overrides, f.name)
-            for f in dataclasses.fields(overrides)
-            if getattr(overrides, f.name) is not UNSET
-        }
-        return dataclasses.replace(self, **changes) if changes else self
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """The value of option ``name``, or ``default`` when it is UNSET."""
-        value = getattr(self, name)
-        return default if value is UNSET else value
-
-    def to_wire(self) -> dict[str, Any]:
-        """The ``opts`` object Node would store for these options (always with ``attempts``)."""
-        wire: dict[str, Any] = {OPTION_NAMES["attempts"]: self.get("attempts", 0)}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not UNSET and f.name != "attempts":
-                wire[OPTION_NAMES[f.name]] = _TO_WIRE[f.name](value)
-        if self.telemetry is not UNSET:  # one option, two keys (tm and omc), as in BullMQ
-            del wire[OPTION_NAMES["telemetry"]]
-            wire.update(_telemetry_to_wire(self.telemetry))
-        return wire
-
-    @classmethod
-    def from_wire(cls, wire: Any) -> JobOptions:
-        """Decode a stored ``opts`` object leniently (foreign producers may write anything):
-        a value that is missing or unreadable leaves its option UNSET."""
-        if not isinstance(wire, Mapping):
-            return cls()
-        kw: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            name = OPTION_NAMES[f.name]
-            if f.name == "telemetry":
-                value = _telemetry_from_wire(wire)
-                if value is not None:
-                    kw[f.name] = value
-            elif name in wire:
-                value = _FROM_WIRE[f.name](wire[name])
-                if value is not None:
-                    kw[f.name] = value
-        flags = [policy for policy in FAILURE_POLICIES if kw.get(policy) is True]
-        for policy in flags[1:]:  # a foreign writer set several: the first one acts
-            del kw[policy]
-        return cls(**kw)
-
-
-EMPTY_OPTIONS: Final = JobOptions()
-
-
-# -- wire form (BullMQ's ``opts`` object): one encoder and one decoder per JobOptions field ----
+# -- the wire form (BullMQ's ``opts`` object): encoders and lenient decoders ---------------------
 
 
 def _same(value: Any) -> Any:
@@ -611,7 +410,7 @@ def _backoff_to_wire(value: Backoff) -> dict[str, Any]:
 def _telemetry_to_wire(value: JobTelemetry) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if value.metadata is not None:
-        out[OPTION_NAMES["telemetry"]] = value.metadata
+        out[TELEMETRY_KEY] = value.metadata
     if value.omit_context:
         out[OMIT_CONTEXT] = True
     return out
@@ -619,37 +418,13 @@ def _telemetry_to_wire(value: JobTelemetry) -> dict[str, Any]:
 
 def _telemetry_from_wire(wire: Mapping[str, Any]) -> JobTelemetry | None:
     """``tm`` (a string) and ``omc`` (a bool); a value of another type is read as absent."""
-    metadata = wire.get(OPTION_NAMES["telemetry"])
+    metadata = wire.get(TELEMETRY_KEY)
     if not isinstance(metadata, str):
         metadata = None
     omit = wire.get(OMIT_CONTEXT) is True
     if metadata is None and not omit:
         return None
     return JobTelemetry(metadata=metadata, omit_context=omit)
-
-
-_TO_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
-    "job_id": _same,
-    "delay": lambda value: to_ms(value, "delay"),
-    "priority": _same,
-    "lifo": _same,
-    "attempts": _same,
-    "backoff": _backoff_to_wire,
-    "remove_on_complete": _retention_to_wire,
-    "remove_on_fail": _retention_to_wire,
-    "keep_logs": _same,
-    "stacktrace_limit": _same,
-    "size_limit": _same,
-    "timestamp": lambda value: moment_to_ms(value, "timestamp"),
-    "parent": lambda value: {"id": value.id, "queue": value.queue},
-    "fail_parent_on_failure": _same,
-    "continue_parent_on_failure": _same,
-    "ignore_dependency_on_failure": _same,
-    "remove_dependency_on_failure": _same,
-    "deduplication": _dedup_to_wire,
-    "timeout": lambda value: max(to_ms(value, "timeout"), 1),
-    "telemetry": _same,  # replaced by _telemetry_to_wire (two keys)
-}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -742,28 +517,352 @@ def _dedup_from_wire(value: Any) -> Deduplication | None:
     )
 
 
-_FROM_WIRE: Final[dict[str, Callable[[Any], Any]]] = {
-    "job_id": lambda value: value if isinstance(value, str) and value else None,
-    "delay": _ms_to_seconds,
-    "priority": _count(0, MAX_PRIORITY),
-    "lifo": lambda value: value if isinstance(value, bool) else None,
-    "attempts": _count(0),
-    "backoff": backoff_from_wire,
-    "remove_on_complete": retention_from_wire,
-    "remove_on_fail": retention_from_wire,
-    "keep_logs": _count(0),
-    "stacktrace_limit": _count(0),
-    "size_limit": _count(1),
-    "timestamp": _ms_to_seconds,
-    "parent": _parent_from_wire,
-    "fail_parent_on_failure": _bool_or_none,
-    "continue_parent_on_failure": _bool_or_none,
-    "ignore_dependency_on_failure": _bool_or_none,
-    "remove_dependency_on_failure": _bool_or_none,
-    "deduplication": _dedup_from_wire,
-    "timeout": lambda value: _ms_to_seconds(value) or None,
-    "telemetry": _same,  # read by _telemetry_from_wire (two keys)
-}
+#: The ``opts`` keys of the telemetry option: ``metadata`` is stored as ``tm`` (a string: the
+#: JSON of a W3C carrier), ``omit_context`` as ``omc`` (docs/operations.md, "OpenTelemetry").
+TELEMETRY_KEY: Final = "tm"
+OMIT_CONTEXT: Final = "omc"
+
+
+def _keep(value: Any, field: str) -> Any:
+    return value
+
+
+def _int_in(low: int, high: int | None = None) -> Callable[[Any, str], Any]:
+    return lambda value, field: _check_int(value, field, low=low, high=high)
+
+
+def _is_bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{field} must be a bool, got {value!r}")
+    return value
+
+
+def _is_duration(value: Any, field: str) -> Any:
+    to_seconds(value, field)
+    return value
+
+
+def _is_moment(value: Any, field: str) -> Any:
+    moment_to_ms(value, field)
+    return value
+
+
+def _is_retention(value: Any, field: str) -> Any:
+    _check_retention(value, field)
+    return value
+
+
+def _is_timeout(value: Any, field: str) -> Any:
+    check_timeout(value, field)
+    return value
+
+
+def _is_job_id(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        from .errors import InvalidJobIdError
+
+        raise InvalidJobIdError(f"{field} must be a str, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _coerced_by(coerce: Callable[[Any], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, field: coerce(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """One job option, defined once, in its :class:`JobOptions` field: the key of the stored
+    ``opts`` object (BullMQ's name; docs/protocol/options.md#option-names), what the option
+    means, how a value is checked (and coerced) before anything is written, and how it goes to
+    the wire and comes back (leniently: an unreadable value reads as unset, None)."""
+
+    wire: str
+    doc: str
+    #: required: what a foreign producer stored is never taken on trust
+    from_wire: Callable[[Any], Any]
+    check: Callable[[Any, str], Any] = _keep
+    to_wire: Callable[[Any], Any] = _same
+    #: the option spans several keys: ``to_wire`` returns them all, ``from_wire`` reads the
+    #: whole ``opts`` object
+    several_keys: bool = False
+
+    def encode(self, value: Any) -> dict[str, Any]:
+        """The ``opts`` keys and values of ``value``."""
+        if self.several_keys:
+            return dict(self.to_wire(value))
+        return {self.wire: self.to_wire(value)}
+
+    def decode(self, opts: Mapping[str, Any]) -> Any:
+        """The option's value in a stored ``opts`` object, or None when absent or unreadable."""
+        if self.several_keys:
+            return self.from_wire(opts)
+        return self.from_wire(opts[self.wire]) if self.wire in opts else None
+
+
+_SPEC = "echomq.option"
+
+
+def _option(wire: str, doc: str, **spec: Any) -> Any:
+    """A :class:`JobOptions` field: unset by default, its :class:`OptionSpec` in its metadata."""
+    return dataclasses.field(default=UNSET, metadata={_SPEC: OptionSpec(wire, doc, **spec)})
+
+
+#: The four failure policies of a child job (at most one per job), by option name.
+FAILURE_POLICIES: Final = (
+    "fail_parent_on_failure",
+    "continue_parent_on_failure",
+    "ignore_dependency_on_failure",
+    "remove_dependency_on_failure",
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Options of one job. Every field is optional; ``UNSET`` means "use the default".
+
+    Each field is the one definition of its option (:class:`OptionSpec`: its ``opts`` key, its
+    meaning, its check and its wire conversions); the list below is made from them.
+
+    At most one of the four failure policies may be set. A child without one that fails for
+    good keeps its parent waiting (until the child is retried or removed).
+    """
+
+    job_id: str | _Unset = _option(
+        "jobId",
+        "a custom id (a string that is not an integer, without ``:``).",
+        check=_is_job_id,
+        from_wire=lambda value: value if isinstance(value, str) and value else None,
+    )
+    delay: Duration | _Unset = _option(
+        "delay",
+        "wait this long before the job may run.",
+        check=_is_duration,
+        to_wire=lambda value: to_ms(value, "delay"),
+        from_wire=_ms_to_seconds,
+    )
+    priority: int | _Unset = _option(
+        "priority",
+        "0 (none) .. 2**21-1; lower numbers run first.",
+        check=_int_in(0, MAX_PRIORITY),
+        from_wire=_count(0, MAX_PRIORITY),
+    )
+    lifo: bool | _Unset = _option(
+        "lifo",
+        "put the job at the front of the line instead of the back.",
+        check=_is_bool,
+        from_wire=_bool_or_none,
+    )
+    attempts: int | _Unset = _option(
+        "attempts",
+        "total number of tries (0 and 1 both mean one try).",
+        check=_int_in(0),
+        from_wire=_count(0),
+    )
+    backoff: Backoff | _Unset = _option(
+        "backoff",
+        "delay between tries.",
+        check=_coerced_by(Backoff.coerce),
+        to_wire=_backoff_to_wire,
+        from_wire=backoff_from_wire,
+    )
+    remove_on_complete: Retention | _Unset = _option(
+        "removeOnComplete",
+        "retention of the job once completed.",
+        check=_is_retention,
+        to_wire=_retention_to_wire,
+        from_wire=retention_from_wire,
+    )
+    remove_on_fail: Retention | _Unset = _option(
+        "removeOnFail",
+        "retention of the job once failed.",
+        check=_is_retention,
+        to_wire=_retention_to_wire,
+        from_wire=retention_from_wire,
+    )
+    keep_logs: int | _Unset = _option(
+        "kl", "keep only the newest N log lines.", check=_int_in(0), from_wire=_count(0)
+    )
+    stacktrace_limit: int | _Unset = _option(
+        "stackTraceLimit",
+        "keep only the newest N stack traces.",
+        check=_int_in(0),
+        from_wire=_count(0),
+    )
+    size_limit: int | _Unset = _option(
+        "sizeLimit",
+        "refuse data whose JSON text is larger than this many bytes.",
+        check=_int_in(1),
+        from_wire=_count(1),
+    )
+    timestamp: Moment | _Unset = _option(
+        "timestamp",
+        "creation time (defaults to now).",
+        check=_is_moment,
+        to_wire=lambda value: moment_to_ms(value, "timestamp"),
+        from_wire=_ms_to_seconds,
+    )
+    parent: Parent | _Unset = _option(
+        "parent",
+        "add the job as a child of this existing job (a :class:`Parent`, a mapping "
+        '``{"id": ..., "queue": "prefix:name"}`` or a Job); the parent must exist.',
+        check=_coerced_by(Parent.coerce),
+        to_wire=lambda value: {"id": value.id, "queue": value.queue},
+        from_wire=_parent_from_wire,
+    )
+    fail_parent_on_failure: bool | _Unset = _option(
+        "fpof",
+        "when this child fails for good, fail its parent.",
+        check=_is_bool,
+        from_wire=_bool_or_none,
+    )
+    continue_parent_on_failure: bool | _Unset = _option(
+        "cpof",
+        "when this child fails for good, release its parent at once, even with other "
+        "children pending.",
+        check=_is_bool,
+        from_wire=_bool_or_none,
+    )
+    ignore_dependency_on_failure: bool | _Unset = _option(
+        "idof",
+        "when this child fails for good, count it as done and record its failure in the "
+        "parent (``get_ignored_children_failures``).",
+        check=_is_bool,
+        from_wire=_bool_or_none,
+    )
+    remove_dependency_on_failure: bool | _Unset = _option(
+        "rdof",
+        "when this child fails for good, count it as done, recording nothing.",
+        check=_is_bool,
+        from_wire=_bool_or_none,
+    )
+    deduplication: Deduplication | _Unset = _option(
+        "de",
+        "add the job only when no job owns this deduplication window (a "
+        ":class:`Deduplication` or a mapping of its fields); not with ``parent``.",
+        check=_coerced_by(Deduplication.coerce),
+        to_wire=_dedup_to_wire,
+        from_wire=_dedup_from_wire,
+    )
+    # echomq's own: BullMQ 6 has no such option and passes unknown keys through untouched.
+    timeout: Duration | _Unset = _option(
+        "emqTimeout",
+        "fail an attempt that runs longer than this (seconds or timedelta; positive) with "
+        ":class:`~echomq.JobTimeoutError`; echomq workers enforce it, Node workers ignore it "
+        '(see docs/workers.md, "Process isolation and timeouts").',
+        check=_is_timeout,
+        to_wire=lambda value: max(to_ms(value, "timeout"), 1),
+        from_wire=lambda value: _ms_to_seconds(value) or None,
+    )
+    telemetry: JobTelemetry | _Unset = _option(
+        TELEMETRY_KEY,
+        "the job's trace context options (a :class:`JobTelemetry` or a mapping of its "
+        "fields; stored as ``tm`` / ``omc`` as BullMQ does).",
+        check=_coerced_by(JobTelemetry.coerce),
+        to_wire=_telemetry_to_wire,
+        from_wire=_telemetry_from_wire,
+        several_keys=True,
+    )
+
+    def __post_init__(self) -> None:
+        for name, spec in _SPECS.items():
+            value = getattr(self, name)
+            if value is not UNSET:
+                checked = spec.check(value, name)
+                if checked is not value:
+                    object.__setattr__(self, name, checked)
+        chosen = [policy for policy in FAILURE_POLICIES if getattr(self, policy) is True]
+        if len(chosen) > 1:
+            raise InvalidOptionError(
+                f"the failure policies {' and '.join(chosen)} cannot be used together; "
+                "choose one for this job"
+            )
+        if self.deduplication is not UNSET and self.parent is not UNSET:
+            raise InvalidOptionError(
+                "deduplication and parent cannot be used together (as in BullMQ): a child "
+                "job cannot be deduplicated"
+            )
+
+    @property
+    def failure_policy(self) -> str | None:
+        """The wire flag of the failure policy set (``fpof``, ``cpof``, ``idof``, ``rdof``) or
+        None."""
+        for policy in FAILURE_POLICIES:
+            if getattr(self, policy) is True:
+                return _SPECS[policy].wire
+        return None
+
+    @classmethod
+    def build(cls, options: Mapping[str, Any]) -> JobOptions:
+        """Build from keyword options, naming unknown ones in the error."""
+        if not options:
+            return EMPTY_OPTIONS
+        unknown = set(options) - set(_SPECS)
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown job option(s) {sorted(unknown)}; allowed: {sorted(_SPECS)}"
+            )
+        return cls(**options)
+
+    def merged(self, overrides: JobOptions) -> JobOptions:
+        """These options with every field that ``overrides`` sets replaced."""
+        if overrides is EMPTY_OPTIONS:
+            return self
+        changes = {
+            name: getattr(overrides, name)
+            for name in _SPECS
+            if getattr(overrides, name) is not UNSET
+        }
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of option ``name``, or ``default`` when it is UNSET."""
+        value = getattr(self, name)
+        return default if value is UNSET else value
+
+    def to_wire(self) -> dict[str, Any]:
+        """The ``opts`` object Node would store for these options (always with ``attempts``)."""
+        wire: dict[str, Any] = {_SPECS["attempts"].wire: self.get("attempts", 0)}
+        for name, spec in _SPECS.items():
+            value = getattr(self, name)
+            if value is not UNSET and name != "attempts":
+                wire.update(spec.encode(value))
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> JobOptions:
+        """Decode a stored ``opts`` object leniently (foreign producers may write anything):
+        a value that is missing or unreadable leaves its option UNSET."""
+        if not isinstance(wire, Mapping):
+            return cls()
+        kw: dict[str, Any] = {}
+        for name, spec in _SPECS.items():
+            value = spec.decode(wire)
+            if value is not None:
+                kw[name] = value
+        flags = [policy for policy in FAILURE_POLICIES if kw.get(policy) is True]
+        for policy in flags[1:]:  # a foreign writer set several: the first one acts
+            del kw[policy]
+        return cls(**kw)
+
+
+#: Every job option's definition, by field name, in field order.
+_SPECS: Final[Mapping[str, OptionSpec]] = MappingProxyType(
+    {f.name: f.metadata[_SPEC] for f in dataclasses.fields(JobOptions)}
+)
+#: Keys of the stored ``opts`` object, by :class:`JobOptions` field (BullMQ's names;
+#: docs/protocol/options.md#option-names).
+OPTION_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+    {name: spec.wire for name, spec in _SPECS.items()}
+)
+JobOptions.__doc__ = (JobOptions.__doc__ or "").replace(
+    "\n\n    At most one",
+    "\n\n    Args:\n"
+    + "".join(f"        {name}: {spec.doc}\n" for name, spec in _SPECS.items())
+    + "\n    At most one",
+    1,
+)
+
+EMPTY_OPTIONS: Final = JobOptions()
 
 
 def keep_jobs_to_wire(value: Retention | None) -> dict[str, int]:

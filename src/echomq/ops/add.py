@@ -18,7 +18,15 @@ from ..errors import (
     PayloadError,
     ValidationError,
 )
-from ..options import EMPTY_OPTIONS, UNSET, JobOptions, coerce_options, moment_to_ms, to_ms
+from ..options import (
+    EMPTY_OPTIONS,
+    OPTION_NAMES,
+    UNSET,
+    JobOptions,
+    coerce_options,
+    moment_to_ms,
+    to_ms,
+)
 from ..protocol import codes, fields
 from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys, queue_keys
 from ._base import (
@@ -131,7 +139,7 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
         parent_json = parent_field(parent.id, parent.queue, options.failure_policy)
     dedup_json = ""
     if options.deduplication is not UNSET:
-        dedup_json = fields.dumps(options.to_wire()[fields.OPTION_NAMES["deduplication"]])
+        dedup_json = fields.dumps(options.to_wire()[OPTION_NAMES["deduplication"]])
     return PreparedJob(
         name,
         data,

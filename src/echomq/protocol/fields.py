@@ -1,17 +1,17 @@
-"""Job-hash field names, option short codes and JSON encoding (docs/protocol/job-hash.md#fields,
-docs/protocol/options.md#option-names, docs/protocol/job-hash.md#encodings).
+"""Job-hash field names and JSON encoding (docs/protocol/job-hash.md#fields,
+docs/protocol/job-hash.md#encodings).
 
-This is the only module that spells the wire names: ``removeOnComplete``, ``kl``, ``atm`` and so
-on. Like all of ``protocol/`` it imports nothing above it: :mod:`echomq.options` converts
-:class:`~echomq.options.JobOptions` to the stored ``opts`` object and back with the names of
-:data:`OPTION_NAMES` (durations become milliseconds there, on the way to the wire).
+This is the only module that spells the job hash's field names: ``atm``, ``stc``,
+``returnvalue`` and so on. The keys of the stored ``opts`` object (``removeOnComplete``, ``kl``,
+docs/protocol/options.md#option-names) are spelled once each, in the field of
+:class:`echomq.options.JobOptions` that defines the option; :data:`echomq.options.OPTION_NAMES`
+lists them.
 """
 
 from __future__ import annotations
 
 import json
-from types import MappingProxyType
-from typing import Any, Final
+from typing import Any
 
 from ..errors import PayloadError
 
@@ -38,39 +38,6 @@ PARENT_KEY = "parentKey"
 PARENT = "parent"
 REPEAT_JOB_KEY = "rjk"
 DEDUP_ID = "deid"
-
-#: Keys of the stored ``opts`` object, by :class:`~echomq.options.JobOptions` field (BullMQ's
-#: names). Every field has one; a test checks the two agree.
-OPTION_NAMES: Final = MappingProxyType(
-    {
-        "job_id": "jobId",
-        "delay": "delay",
-        "priority": "priority",
-        "lifo": "lifo",
-        "attempts": "attempts",
-        "backoff": "backoff",
-        "remove_on_complete": "removeOnComplete",
-        "remove_on_fail": "removeOnFail",
-        "keep_logs": "kl",
-        "stacktrace_limit": "stackTraceLimit",
-        "size_limit": "sizeLimit",
-        "timestamp": "timestamp",
-        "parent": "parent",
-        "fail_parent_on_failure": "fpof",
-        "continue_parent_on_failure": "cpof",
-        "ignore_dependency_on_failure": "idof",
-        "remove_dependency_on_failure": "rdof",
-        "deduplication": "de",
-        # echomq's own: BullMQ 6 has no such option and passes unknown keys through untouched.
-        "timeout": "emqTimeout",
-        # {metadata, omitContext}: metadata is stored under this name, omitContext under
-        # OMIT_CONTEXT (docs/operations.md, "OpenTelemetry").
-        "telemetry": "tm",
-    }
-)
-
-#: The ``opts`` key of the telemetry option's ``omitContext`` (its ``metadata`` is ``tm``).
-OMIT_CONTEXT: Final = "omc"
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _encode = _encoder.encode

@@ -33,7 +33,13 @@ from ..errors import (
 )
 from ..job import Job, JobData
 from ..ops import worker as wops
-from ..options import WorkerOptions, keep_jobs_to_wire, retention_from_wire, to_seconds
+from ..options import (
+    TELEMETRY_KEY,
+    WorkerOptions,
+    keep_jobs_to_wire,
+    retention_from_wire,
+    to_seconds,
+)
 from ..protocol import codes, fields
 from ..sync import Job as SyncJob
 from ..telemetry import JOB_ATTEMPT, JOB_ID, JOB_NAME, WORKER_ID, WORKER_NAME, Telemetry
@@ -215,7 +221,7 @@ class JobRunner:
         """:meth:`_run` inside a ``process <queue>`` span (see :mod:`echomq.telemetry`)."""
         tel = self._telemetry
         assert tel is not None
-        metadata = job.wire_options.get(fields.OPTION_NAMES["telemetry"])  # tm: JSON text
+        metadata = job.wire_options.get(TELEMETRY_KEY)  # tm: JSON text
         worker_id, worker_name = self._worker
         attributes: dict[str, Any] = {
             JOB_ID: job.id,

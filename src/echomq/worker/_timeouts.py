@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import JobTimeoutError
 from ..job import Job
-from ..protocol.fields import OPTION_NAMES
+from ..options import OPTION_NAMES
 
 logger = logging.getLogger("echomq.worker")
 
