@@ -123,18 +123,21 @@ async def test_noeviction_says_nothing(
     assert _server_records(caplog) == []
 
 
-async def test_config_renamed_says_nothing(
+async def test_config_renamed_is_said_once_at_info(
     fresh_server: ServerFactory, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = _start(fresh_server, *LRU, "--rename-command", "CONFIG", "")
     caplog.set_level(logging.DEBUG, logger="echomq.server")
     job = await echomq.add(queue_name, "a", connection=server.url)
     assert job.id == "1"
+    await echomq.add(queue_name, "b", connection=server.url)
     assert _server_records(caplog) == []
-    assert any("could not read maxmemory-policy" in m for m in _server_records(caplog, 10))
+    (info,) = _server_records(caplog, logging.INFO)
+    assert f"Redis at 127.0.0.1:{server.port} refused CONFIG GET (unknown command" in info
+    assert "the maxmemory-policy check did not run" in info
 
 
-async def test_config_refused_by_acl_says_nothing(
+async def test_config_refused_by_acl_is_said_once_at_info(
     fresh_server: ServerFactory, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = _start(fresh_server, *LRU)
@@ -145,10 +148,26 @@ async def test_config_refused_by_acl_says_nothing(
         )
     finally:
         await admin.aclose()
-    caplog.set_level(logging.WARNING, logger="echomq.server")
+    caplog.set_level(logging.INFO, logger="echomq.server")
     url = server.url.replace("redis://", "redis://producer:pw@")
     await echomq.add(queue_name, "a", connection=url)
+    await echomq.add(queue_name, "b", connection=url)
     assert _server_records(caplog) == []
+    (info,) = _server_records(caplog, logging.INFO)
+    assert "refused CONFIG GET (this user has no permissions to run the 'config|get'" in info
+
+
+async def test_time_renamed_is_said_once_and_the_policy_still_checked(
+    fresh_server: ServerFactory, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = _start(fresh_server, *LRU, "--rename-command", "TIME", "")
+    caplog.set_level(logging.INFO, logger="echomq.server")
+    await echomq.add(queue_name, "a", connection=server.url)
+    await asyncio.to_thread(echomq.sync.add, queue_name, "b", connection=server.url)
+    (warning,) = _server_records(caplog)
+    assert "allkeys-lru" in warning
+    (info,) = _server_records(caplog, logging.INFO)
+    assert "refused TIME (unknown command" in info and "clock-skew check did not run" in info
 
 
 async def test_the_checks_run_once_then_cost_no_command(

@@ -19,7 +19,9 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
+import redis.exceptions
 
+from . import _restricted as restricted
 from . import _topology as topology
 from ._fail_fast import (
     async_client_from_url,
@@ -94,6 +96,30 @@ def _cluster_parameters() -> frozenset[str]:
     """Keyword arguments RedisCluster accepts (its stored connection kwargs hold more)."""
     params = inspect.signature(redis.asyncio.cluster.RedisCluster.__init__).parameters
     return frozenset(params) - {"self", "host", "port", "startup_nodes"}
+
+
+def _name_if_allowed(address: str) -> Callable[[Any], Awaitable[None]]:
+    """A ``redis_connect_func``: redis-py's handshake without the connection's name, then
+    ``CLIENT SETNAME`` on its own, the connection left unnamed (and the refusal reported once,
+    see ``_restricted``) when the server has no CLIENT command or the ACL user may not run it."""
+
+    async def handshake(connection: Any) -> None:
+        name = connection.client_name
+        connection.client_name = None
+        try:
+            await connection.on_connect()
+        finally:
+            connection.client_name = name
+        if not name:
+            return
+        await connection.send_command("CLIENT", "SETNAME", name)
+        try:
+            await connection.read_response()
+        except redis.exceptions.ResponseError as exc:
+            if not restricted.report("CLIENT SETNAME", address, exc):
+                raise
+
+    return handshake
 
 
 #: Called once, after the first call that succeeded on a connection (the per-server checks).
@@ -209,6 +235,10 @@ class AsyncConn(_Addressed):
     def new_client(self, **overrides: object) -> redis.asyncio.Redis:
         """A second, independent client to the same server (for blocking commands).
 
+        A ``client_name`` is set on each connection where the server allows it; where it
+        refuses ``CLIENT SETNAME`` for good (renamed away, or denied to the ACL user), the
+        connection stays unnamed and the refusal is logged once (``_restricted``).
+
         Args:
             **overrides: connection keyword arguments to change (e.g. ``client_name``).
         """
@@ -243,7 +273,14 @@ class AsyncConn(_Addressed):
         else:
             new_pool = pool.__class__(connection_class=pool.connection_class, **kwargs)
         # from_pool: the new client owns its pool and closes it with itself.
-        return redis.asyncio.Redis.from_pool(new_pool)
+        made = redis.asyncio.Redis.from_pool(new_pool)
+        named = kwargs.get("client_name") and kwargs.get("redis_connect_func") is None
+        if named and open_channel(made) is None:
+            # No Channel will carry its commands (a Sentinel pool, RESP3...): redis-py's
+            # handshake names its connections, and must carry on where a managed Redis
+            # refuses CLIENT SETNAME, as a Channel's handshake does.
+            new_pool.connection_kwargs["redis_connect_func"] = _name_if_allowed(self.server)
+        return made
 
     async def aclose(self) -> None:
         """Close the channel, and the client if we opened it; forget both either way."""

@@ -7,9 +7,11 @@ Two settings outside echomq silently break a queue whose whole state lives in Re
 - a client clock far from the server's shifts delays and job timestamps, which are computed
   from client clocks, against locks and the stalled check, which expire on the server's.
 
-Both are reported as WARNING records of the ``echomq.server`` logger, never raised: a check that
-cannot run (CONFIG renamed or refused, as on managed Redis; the server gone meanwhile) says
-nothing, and a producer's call never fails because of a check.
+Both are reported as WARNING records of the ``echomq.server`` logger, never raised, and a
+producer's call never fails because of a check. A check whose command the server refuses for
+good (``CONFIG`` or ``TIME`` renamed away, or denied to the ACL user, as on managed Redis) says
+so once per process and server at INFO, naming the command (``_restricted``); a check cut short
+otherwise (the server gone meanwhile) says nothing above DEBUG.
 
 When: producers (a ``Queue``, ``echomq.add`` / ``add_bulk`` and their sync twins) after their
 first call that succeeds; workers at start, and the clock again with every stalled check
@@ -38,6 +40,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
+from . import _restricted as restricted
 from ._connection import AsyncConn, SyncConn
 from ._wire import Channel, send
 
@@ -150,9 +153,11 @@ def _claim_policy(address: str) -> bool:
 
 
 def _forget_all() -> None:
-    """Forget every server (for tests of the once-per-process behaviour)."""
+    """Forget every server, and the refusals reported (for tests of the once-per-process
+    behaviour)."""
     with _lock:
         _servers.clear()
+    restricted.forget()
 
 
 # -- reporting ---------------------------------------------------------------------------------
@@ -265,22 +270,54 @@ def read_clock_sync(client: redis.Redis, now: Clock = time.time) -> ClockReading
     return ClockReading.of(sent, parse_time(reply), now())
 
 
-async def read_policy(client: redis.asyncio.Redis, channel: Channel | None) -> str | None:
-    """The server's ``maxmemory-policy``, or None when CONFIG is refused or renamed."""
+async def read_policy(
+    client: redis.asyncio.Redis, channel: Channel | None, address: str | None = None
+) -> str | None:
+    """The server's ``maxmemory-policy``, or None when CONFIG is refused or renamed (said once
+    at INFO when ``address`` is given)."""
     try:
         reply = await _ask(client, channel, _POLICY, every=True)
-    except redis.exceptions.ResponseError:  # unknown command, NOPERM, disabled on managed Redis
+    except redis.exceptions.ResponseError as exc:  # unknown command, NOPERM: managed Redis
+        _could_not_run("CONFIG GET", address, exc)
         return None
     return parse_policy(reply)
 
 
-def read_policy_sync(client: redis.Redis) -> str | None:
+def read_policy_sync(client: redis.Redis, address: str | None = None) -> str | None:
     """The sync twin of :func:`read_policy`."""
     try:
         reply = _ask_sync(client, _POLICY, every=True)
-    except redis.exceptions.ResponseError:
+    except redis.exceptions.ResponseError as exc:
+        _could_not_run("CONFIG GET", address, exc)
         return None
     return parse_policy(reply)
+
+
+def _could_not_run(command: str, address: str | None, exc: Exception) -> None:
+    """Say once at INFO that the server refused a check's command (any error reply counts:
+    the check could not run); nothing without an address."""
+    if address is not None:
+        restricted.report(command, address, exc, any_error_reply=True)
+
+
+async def _clock(conn: AsyncConn, address: str, now: Clock) -> None:
+    """Read and report the clock, or say once that ``TIME`` is refused."""
+    try:
+        reading = await read_clock(conn.client, conn.channel, now)
+    except redis.exceptions.ResponseError as exc:
+        _could_not_run("TIME", address, exc)
+        return
+    report_clock(address, reading, time.monotonic())
+
+
+def _clock_sync(conn: SyncConn, address: str, now: Clock) -> None:
+    """The sync twin of :func:`_clock`."""
+    try:
+        reading = read_clock_sync(conn.client, now)
+    except redis.exceptions.ResponseError as exc:
+        _could_not_run("TIME", address, exc)
+        return
+    report_clock(address, reading, time.monotonic())
 
 
 # -- when to check ---------------------------------------------------------------------------
@@ -293,10 +330,9 @@ async def check_producer(conn: AsyncConn, now: Clock = time.time) -> None:
     if not _claim(address):
         return
     try:
-        client, channel = conn.client, conn.channel
-        report_clock(address, await read_clock(client, channel, now), time.monotonic())
+        await _clock(conn, address, now)
         if _claim_policy(address):
-            report_policy(address, await read_policy(client, channel))
+            report_policy(address, await read_policy(conn.client, conn.channel, address))
     except Exception as exc:  # a diagnostic must never fail the caller's call
         logger.debug("checks of Redis at %s skipped (%s: %s)", address, type(exc).__name__, exc)
 
@@ -307,10 +343,9 @@ def check_producer_sync(conn: SyncConn, now: Clock = time.time) -> None:
     if not _claim(address):
         return
     try:
-        client = conn.client
-        report_clock(address, read_clock_sync(client, now), time.monotonic())
+        _clock_sync(conn, address, now)
         if _claim_policy(address):
-            report_policy(address, read_policy_sync(client))
+            report_policy(address, read_policy_sync(conn.client, address))
     except Exception as exc:  # as above
         logger.debug("checks of Redis at %s skipped (%s: %s)", address, type(exc).__name__, exc)
 
@@ -349,8 +384,8 @@ class ServerWatch:
             if self._address is None:
                 self._address = conn.server
                 if _claim_policy(self._address):
-                    report_policy(self._address, await read_policy(conn.client, conn.channel))
-            reading = await read_clock(conn.client, conn.channel, self._now)
-            report_clock(self._address, reading, time.monotonic())
+                    policy = await read_policy(conn.client, conn.channel, self._address)
+                    report_policy(self._address, policy)
+            await _clock(conn, self._address, self._now)
         except Exception as exc:  # never stop the worker's stalled check
             logger.debug("server checks skipped (%s: %s)", type(exc).__name__, exc)

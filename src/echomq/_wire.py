@@ -54,6 +54,7 @@ import redis.asyncio
 import redis.asyncio.connection
 from redis import exceptions as rx
 
+from . import _restricted as restricted
 from ._fail_fast import FAIL_FAST_KEYS, connect_within, fail_fast_budget
 
 logger = logging.getLogger("echomq.connection")
@@ -494,6 +495,8 @@ async def _open(s: _Settings, wire: _Wire) -> None:
             continue  # an old server without CLIENT SETINFO is fine, as for redis-py
         if isinstance(reply, (rx.AuthenticationError, rx.ConnectionError)):
             raise reply
+        if step[1:2] == ("SETNAME",) and restricted.report("CLIENT SETNAME", where, reply):
+            continue  # renamed away or denied by ACL (managed Redis): the connection is unnamed
         raise rx.ConnectionError(f"Redis refused {step[0]} {step[1]} on connect: {reply}")
 
 

@@ -4,7 +4,8 @@ Every script that changes a job's state appends an entry to the stream ``<prefix
 (docs/protocol/events.md). :class:`QueueEvents` reads it with ``XREAD BLOCK`` on a connection
 of its own: a blocking read holds its connection for up to ``block`` seconds, so sharing the
 caller's pool would starve every other command, and the connection is named
-``<prefix>:<base64(queue)>:qe`` so that Node's ``getQueueEvents`` counts it.
+``<prefix>:<base64(queue)>:qe`` so that Node's ``getQueueEvents`` counts it (it stays unnamed
+where the server refuses ``CLIENT SETNAME``, as managed Redis may: see ``_restricted``).
 
 Invariants:
 
@@ -107,6 +108,8 @@ def _entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
     streams = reply.values() if isinstance(reply, Mapping) else [s[1] for s in reply]
     out: list[tuple[str, dict[str, str]]] = []
     for entries in streams:
+        if entries and (not entries[0] or not isinstance(entries[0][0], (bytes, str))):
+            entries = entries[0]  # redis-py's RESP3 reply wraps a stream's entries: [[...]]
         for entry_id, raw in entries:
             if isinstance(raw, Mapping):
                 entry = {to_str(k): to_str(v) for k, v in raw.items()}

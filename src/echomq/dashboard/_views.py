@@ -18,7 +18,9 @@ from typing import Any
 import redis.asyncio
 import redis.exceptions
 
+from .. import _restricted as restricted
 from .. import queue as api
+from .._fail_fast import server_address
 from .._job import Job
 from ..errors import EchoMQError
 from ..ops.flows import DependencyPage
@@ -53,7 +55,8 @@ class QueueSummary:
     name: str
     counts: dict[str, int]
     paused: bool
-    workers: int
+    #: None where Redis refuses CLIENT LIST (renamed away, or denied to the ACL user)
+    workers: int | None
     completed_per_minute: list[int]
     failed_per_minute: list[int]
     error: str | None = None
@@ -117,11 +120,22 @@ async def summary(client: redis.asyncio.Redis, prefix: str, name: str) -> QueueS
     counts, paused, workers, done, failed = await asyncio.gather(
         api.get_job_counts(name, *STATES, **where),
         api.is_paused(name, **where),
-        api.get_workers(name, **where),
+        worker_count(client, prefix, name),
         api.get_metrics(name, "completed", 0, CHART_MINUTES - 1, **where),
         api.get_metrics(name, "failed", 0, CHART_MINUTES - 1, **where),
     )
-    return QueueSummary(name, counts, paused, len(workers), list(done.data), list(failed.data))
+    return QueueSummary(name, counts, paused, workers, list(done.data), list(failed.data))
+
+
+async def worker_count(client: redis.asyncio.Redis, prefix: str, name: str) -> int | None:
+    """How many workers queue ``name`` has, or None where Redis refuses ``CLIENT LIST`` (as
+    managed services may): the page says unknown, and the refusal is logged once at INFO."""
+    try:
+        return len(await api.get_workers(name, connection=client, prefix=prefix))
+    except redis.exceptions.ResponseError as exc:
+        if restricted.report("CLIENT LIST", server_address(client), exc):
+            return None
+        raise
 
 
 async def summaries(

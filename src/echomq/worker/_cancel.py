@@ -26,6 +26,7 @@ from typing import Any
 import redis.asyncio
 import redis.asyncio.cluster
 
+from .. import _restricted as restricted
 from .._connection import AsyncConn
 from .._retry import TRANSIENT, RetryBackoff, classify
 from .._run_state import RunState
@@ -119,6 +120,8 @@ class ControlListener:
                 raise
             except TRANSIENT as exc:
                 self.ready.clear()
+                if restricted.report("SUBSCRIBE", self._conn.server, exc):
+                    return  # the ACL user may not use the channel: said once, at INFO
                 kind = classify(exc)
                 if kind is None:
                     logger.warning(
