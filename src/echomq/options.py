@@ -537,24 +537,20 @@ def _is_bool(value: Any, field: str) -> bool:
     return value
 
 
-def _is_duration(value: Any, field: str) -> Any:
-    to_seconds(value, field)
-    return value
+def _validated_by(check: Callable[[Any, str], object]) -> Callable[[Any, str], Any]:
+    """A check that keeps the value as given once ``check(value, field)`` accepted it."""
+
+    def validated(value: Any, field: str) -> Any:
+        check(value, field)
+        return value
+
+    return validated
 
 
-def _is_moment(value: Any, field: str) -> Any:
-    moment_to_ms(value, field)
-    return value
-
-
-def _is_retention(value: Any, field: str) -> Any:
-    _check_retention(value, field)
-    return value
-
-
-def _is_timeout(value: Any, field: str) -> Any:
-    check_timeout(value, field)
-    return value
+_is_duration = _validated_by(to_seconds)
+_is_moment = _validated_by(moment_to_ms)
+_is_retention = _validated_by(_check_retention)
+_is_timeout = _validated_by(check_timeout)
 
 
 def _is_job_id(value: Any, field: str) -> str:
@@ -607,6 +603,27 @@ def _option(wire: str, doc: str, **spec: Any) -> Any:
     return dataclasses.field(default=UNSET, metadata={_SPEC: OptionSpec(wire, doc, **spec)})
 
 
+def _flag(wire: str, doc: str) -> Any:
+    """A bool option."""
+    return _option(wire, doc, check=_is_bool, from_wire=_bool_or_none)
+
+
+def _number(wire: str, doc: str, low: int, high: int | None = None) -> Any:
+    """An int option from ``low`` (to ``high``)."""
+    return _option(wire, doc, check=_int_in(low, high), from_wire=_count(low, high))
+
+
+def _retention(wire: str, doc: str) -> Any:
+    """A retention option (``True``, ``False``, a count or a :class:`KeepJobs`)."""
+    return _option(
+        wire,
+        doc,
+        check=_is_retention,
+        to_wire=_retention_to_wire,
+        from_wire=retention_from_wire,
+    )
+
+
 #: The four failure policies of a child job (at most one per job), by option name.
 FAILURE_POLICIES: Final = (
     "fail_parent_on_failure",
@@ -640,23 +657,20 @@ class JobOptions:
         to_wire=lambda value: to_ms(value, "delay"),
         from_wire=_ms_to_seconds,
     )
-    priority: int | _Unset = _option(
+    priority: int | _Unset = _number(
         "priority",
         "0 (none) .. 2**21-1; lower numbers run first.",
-        check=_int_in(0, MAX_PRIORITY),
-        from_wire=_count(0, MAX_PRIORITY),
+        0,
+        MAX_PRIORITY,
     )
-    lifo: bool | _Unset = _option(
+    lifo: bool | _Unset = _flag(
         "lifo",
         "put the job at the front of the line instead of the back.",
-        check=_is_bool,
-        from_wire=_bool_or_none,
     )
-    attempts: int | _Unset = _option(
+    attempts: int | _Unset = _number(
         "attempts",
         "total number of tries (0 and 1 both mean one try).",
-        check=_int_in(0),
-        from_wire=_count(0),
+        0,
     )
     backoff: Backoff | _Unset = _option(
         "backoff",
@@ -665,34 +679,24 @@ class JobOptions:
         to_wire=_backoff_to_wire,
         from_wire=backoff_from_wire,
     )
-    remove_on_complete: Retention | _Unset = _option(
+    remove_on_complete: Retention | _Unset = _retention(
         "removeOnComplete",
         "retention of the job once completed.",
-        check=_is_retention,
-        to_wire=_retention_to_wire,
-        from_wire=retention_from_wire,
     )
-    remove_on_fail: Retention | _Unset = _option(
+    remove_on_fail: Retention | _Unset = _retention(
         "removeOnFail",
         "retention of the job once failed.",
-        check=_is_retention,
-        to_wire=_retention_to_wire,
-        from_wire=retention_from_wire,
     )
-    keep_logs: int | _Unset = _option(
-        "kl", "keep only the newest N log lines.", check=_int_in(0), from_wire=_count(0)
-    )
-    stacktrace_limit: int | _Unset = _option(
+    keep_logs: int | _Unset = _number("kl", "keep only the newest N log lines.", 0)
+    stacktrace_limit: int | _Unset = _number(
         "stackTraceLimit",
         "keep only the newest N stack traces.",
-        check=_int_in(0),
-        from_wire=_count(0),
+        0,
     )
-    size_limit: int | _Unset = _option(
+    size_limit: int | _Unset = _number(
         "sizeLimit",
         "refuse data whose JSON text is larger than this many bytes.",
-        check=_int_in(1),
-        from_wire=_count(1),
+        1,
     )
     timestamp: Moment | _Unset = _option(
         "timestamp",
@@ -709,31 +713,23 @@ class JobOptions:
         to_wire=lambda value: {"id": value.id, "queue": value.queue},
         from_wire=_parent_from_wire,
     )
-    fail_parent_on_failure: bool | _Unset = _option(
+    fail_parent_on_failure: bool | _Unset = _flag(
         "fpof",
         "when this child fails for good, fail its parent.",
-        check=_is_bool,
-        from_wire=_bool_or_none,
     )
-    continue_parent_on_failure: bool | _Unset = _option(
+    continue_parent_on_failure: bool | _Unset = _flag(
         "cpof",
         "when this child fails for good, release its parent at once, even with other "
         "children pending.",
-        check=_is_bool,
-        from_wire=_bool_or_none,
     )
-    ignore_dependency_on_failure: bool | _Unset = _option(
+    ignore_dependency_on_failure: bool | _Unset = _flag(
         "idof",
         "when this child fails for good, count it as done and record its failure in the "
         "parent (``get_ignored_children_failures``).",
-        check=_is_bool,
-        from_wire=_bool_or_none,
     )
-    remove_dependency_on_failure: bool | _Unset = _option(
+    remove_dependency_on_failure: bool | _Unset = _flag(
         "rdof",
         "when this child fails for good, count it as done, recording nothing.",
-        check=_is_bool,
-        from_wire=_bool_or_none,
     )
     deduplication: Deduplication | _Unset = _option(
         "de",
