@@ -10,6 +10,10 @@ Everything is validated before a connection is opened. Producers fail fast: a co
 or timeout of ``add`` / ``add_bulk`` is raised as :class:`~echomq.errors.RedisUnavailableError`
 naming the server, and a queue made from a URL gives each connect ``connect_timeout``. After its
 first call that succeeds, a queue checks its server once per process (``_server_checks``).
+
+Replicated adds: with ``wait_replicas`` above 0, an add is followed by Redis ``WAIT`` on the
+connection that wrote it (``ops.replicated``); fewer acknowledgements than asked for raise
+:class:`~echomq.errors.ReplicationError`, which carries the jobs that were added.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
+from redis.exceptions import RedisError
 from typing_extensions import Unpack
 
 from . import ops
@@ -31,22 +36,44 @@ from .ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
 from .ops import prometheus as prom
 from .ops import schedulers as sops
 from .ops import worker as wops
-from .options import UNSET, Duration, JobOptions, JobOptionsDict, Moment, coerce_options
+from .ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
+from .options import UNSET, Duration, JobOptions, JobOptionsDict, Moment, _Unset, coerce_options
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from .schedulers import JobScheduler, SchedulerTemplate
 from .telemetry import JOB_ID, JOB_NAME, Telemetry
 
+T = TypeVar("T")
+#: What ``WAIT`` answered after an add: how many replicas acknowledged it, or its error.
+Acked = int | RedisError
 
-async def _add(conn: AsyncConn, keys: QueueKeys, name: str, data: Any, options: JobOptions) -> Job:
+
+async def _add(
+    conn: AsyncConn,
+    keys: QueueKeys,
+    name: str,
+    data: Any,
+    options: JobOptions,
+    wait: ReplicaWait = NO_WAIT,
+) -> Job:
     prepared = ops.prepare_job(name, data, options)
     if options.parent is not UNSET:  # its scripts touch the parent's queue too
         parent = options.parent
         check_cluster_flow(conn.client, [keys, queue_keys(parent.queue_name, parent.prefix)])
+    outcome, acked = await _run_add(conn, ops.add_job_outcome(keys, prepared), wait)
+    job = await _added(conn, keys, outcome, prepared)
+    check_replicated(wait, acked, [job], job)
+    return job
+
+
+async def _run_add(conn: AsyncConn, op: ops.Op[T], wait: ReplicaWait) -> tuple[T, Acked]:
+    """Run an add's ``op``, followed by ``WAIT`` when ``wait`` asks for replicas; a connection
+    error or refusal is raised as a producer's (``raise_unavailable``)."""
     try:
-        outcome = await conn.run(ops.add_job_outcome(keys, prepared))
+        if wait.replicas == 0:
+            return await conn.run(op), 0
+        return await conn.run(replicated(op, wait))
     except UNREACHABLE as exc:
         raise_unavailable(exc, conn.address)
-    return await _added(conn, keys, outcome, prepared)
 
 
 async def _added(
@@ -63,16 +90,19 @@ async def _added(
 
 
 async def _add_bulk(
-    conn: AsyncConn, keys: QueueKeys, items: Iterable[BulkItem], defaults: JobOptions
+    conn: AsyncConn,
+    keys: QueueKeys,
+    items: Iterable[BulkItem],
+    defaults: JobOptions,
+    wait: ReplicaWait = NO_WAIT,
 ) -> list[Job]:
     prepared = prepare_bulk(items, defaults)
     if not prepared:
         return []
-    try:
-        outcomes = await conn.run(ops.add_jobs(keys, prepared))
-    except UNREACHABLE as exc:
-        raise_unavailable(exc, conn.address)
-    return [await _added(conn, keys, o, p) for o, p in zip(outcomes, prepared)]
+    outcomes, acked = await _run_add(conn, ops.add_jobs(keys, prepared), wait)
+    jobs = [await _added(conn, keys, o, p) for o, p in zip(outcomes, prepared)]
+    check_replicated(wait, acked, jobs, jobs)
+    return jobs
 
 
 async def _get_job(conn: AsyncConn, keys: QueueKeys, job_id: str) -> Job | None:
@@ -116,9 +146,14 @@ class Queue:
         telemetry: an OpenTelemetry ``Tracer`` or ``TracerProvider``: adds make PRODUCER
             spans and carry their trace context in the job (``pip install 'echomq[otel]'``;
             see docs/operations.md, "OpenTelemetry"). None (default): no telemetry.
+        wait_replicas: the default of :meth:`add` and :meth:`add_bulk`: after each add, wait
+            until this many replicas have it (Redis ``WAIT``), else raise
+            :class:`~echomq.ReplicationError`; 0 (default) waits for none.
+        wait_timeout: how long an add waits for those replicas (seconds or a timedelta).
 
     Raises:
-        InvalidOptionError: ``connect_timeout`` is not a positive duration.
+        InvalidOptionError: ``connect_timeout`` is not a positive duration, ``wait_replicas``
+            not an int >= 0, or ``wait_timeout`` not a positive duration.
         ImportError: ``telemetry`` is given but opentelemetry-api is not installed.
     """
 
@@ -131,9 +166,12 @@ class Queue:
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         telemetry: Any = None,
+        wait_replicas: int = 0,
+        wait_timeout: Duration = 1.0,
     ) -> None:
         self._keys = queue_keys(name, prefix)
         self._defaults = coerce_options(default_job_options)
+        self._wait = ReplicaWait.build(wait_replicas, wait_timeout)
         self._telemetry = Telemetry.coerce(telemetry)
         check_cluster_keys(connection, self._keys)
         budget = connect_budget(connect_timeout)
@@ -155,27 +193,55 @@ class Queue:
         """Options applied to every job added through this queue."""
         return self._defaults
 
-    async def add(self, name: str, data: Any = UNSET, **options: Unpack[JobOptionsDict]) -> Job:
-        """Add one job; per-call options override the queue's defaults. See :func:`add`."""
+    @property
+    def wait_replicas(self) -> int:
+        """How many replicas an add waits for by default (0: none)."""
+        return self._wait.replicas
+
+    @property
+    def wait_timeout(self) -> float:
+        """How long an add waits for them by default, in seconds."""
+        return self._wait.timeout
+
+    async def add(
+        self,
+        name: str,
+        data: Any = UNSET,
+        *,
+        wait_replicas: int | _Unset = UNSET,
+        wait_timeout: Duration | _Unset = UNSET,
+        **options: Unpack[JobOptionsDict],
+    ) -> Job:
+        """Add one job; per-call options (and ``wait_replicas`` / ``wait_timeout``) override
+        the queue's defaults. See :func:`add`."""
         merged = self._defaults.merged(JobOptions.build(options))
+        wait = self._wait.merged(wait_replicas, wait_timeout)
         tel = self._telemetry
         if tel is None:
-            return await _add(self._conn, self._keys, name, data, merged)
+            return await _add(self._conn, self._keys, name, data, merged, wait)
         with tel.producing(self.name, "add", f"{self.name}.{name}") as span:
             merged = tel.stamp(merged, tel.context_json())
-            job = await _add(self._conn, self._keys, name, data, merged)
+            job = await _add(self._conn, self._keys, name, data, merged, wait)
             span.set_attributes({JOB_NAME: name, JOB_ID: job.id})
         return job
 
-    async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
-        """Add many jobs in one MULTI/EXEC. See :func:`add_bulk`."""
+    async def add_bulk(
+        self,
+        jobs: Iterable[BulkItem],
+        *,
+        wait_replicas: int | _Unset = UNSET,
+        wait_timeout: Duration | _Unset = UNSET,
+    ) -> list[Job]:
+        """Add many jobs in one MULTI/EXEC (then one ``WAIT`` when waiting for replicas).
+        See :func:`add_bulk`."""
+        wait = self._wait.merged(wait_replicas, wait_timeout)
         tel = self._telemetry
         if tel is None:
-            return await _add_bulk(self._conn, self._keys, jobs, self._defaults)
+            return await _add_bulk(self._conn, self._keys, jobs, self._defaults, wait)
         with tel.producing(self.name, "addBulk", self.name) as span:
             items = tel.stamp_bulk(jobs, self._defaults, tel.context_json())
             tel.bulk_attributes(span, [str(item[0]) for item in items if isinstance(item, tuple)])
-            return await _add_bulk(self._conn, self._keys, items, self._defaults)
+            return await _add_bulk(self._conn, self._keys, items, self._defaults, wait)
 
     async def get_job(self, job_id: str) -> Job | None:
         """Read one job, or None when it does not exist."""

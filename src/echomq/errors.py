@@ -13,6 +13,8 @@ Tree::
     │   │                                         ConnectionError)
     │   └── RedisRefusedError                     Redis refused the call for now (BUSY, LOADING,
     │                                             OOM...): nothing was added
+    ├── ReplicationError                          an add landed on the primary, but fewer
+    │                                             replicas than ``wait_replicas`` confirmed it
     ├── ScriptError                               a script refused a state change (has .code)
     │   ├── JobNotFoundError          (-1)
     │   ├── LockError
@@ -45,9 +47,14 @@ Tree::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import redis.exceptions
 
 from .protocol import codes
+
+if TYPE_CHECKING:  # only for annotations: the job model imports this module
+    from ._job_model import JobData
 
 
 class EchoMQError(Exception):
@@ -117,6 +124,45 @@ class RedisRefusedError(RedisUnavailableError):
     def __init__(self, message: str, *, address: str = "", reply: str = "") -> None:
         super().__init__(message, address=address)
         self.reply = reply
+
+
+class ReplicationError(EchoMQError):
+    """An add was written on the primary, but fewer replicas than ``wait_replicas``
+    acknowledged it within ``wait_timeout`` (Redis ``WAIT``).
+
+    The jobs exist: they are on the primary and will run. They are at risk only if the
+    primary fails before a replica has them (a failover then loses them). Check the replicas
+    (``INFO replication``); retrying the add would add the jobs again, unless they have a
+    custom ``job_id``.
+
+    Attributes:
+        job: the job that was added (an ``echomq.Job``, or an ``echomq.sync.Job`` from the
+            sync API); for ``add_bulk`` the first of ``jobs``; for ``FlowProducer.add`` the
+            root job of the flow.
+        jobs: every job the call added, in the order of the call (for a flow: each node's
+            job in the order the tree was given, parents before their children).
+        result: what the call would have returned: the job (``add``), the list of jobs
+            (``add_bulk``), the flow's root ``JobNode`` (``FlowProducer.add``) or the list
+            of roots (``FlowProducer.add_bulk``).
+        wait_replicas: how many replicas were asked for.
+        acknowledged: how many acknowledged in time (0 when ``WAIT`` itself failed).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        jobs: list[JobData],
+        result: object,
+        wait_replicas: int,
+        acknowledged: int,
+    ) -> None:
+        super().__init__(message)
+        self.job = jobs[0]
+        self.jobs = jobs
+        self.result = result
+        self.wait_replicas = wait_replicas
+        self.acknowledged = acknowledged
 
 
 class ScriptError(EchoMQError):

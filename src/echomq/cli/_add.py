@@ -4,6 +4,10 @@ The queue name, the prefix and the payload are parsed and the options are checke
 anything is started or written: a bad name, bad JSON or a bad option exits with code 2 and
 leaves Redis untouched (and the embedded server not started). The job id is printed on
 stdout, alone on its line, so ``id=$(echomq add ...)`` works.
+
+``--wait-replicas N`` waits after the add until N replicas have it (Redis ``WAIT``, up to
+``--wait-timeout`` seconds); when fewer acknowledge, the id is still printed (the job exists on
+the primary) and the command exits 1 saying so.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import asyncio
 import json
 from typing import Any
 
+from ..errors import ReplicationError
 from ..ops import prepare_job
+from ..ops.replicated import ReplicaWait
 from ..options import JobOptions
 from ..queue import add
 from ._connect import check_names, resolve
-from ._errors import EXIT_OK, EXIT_USAGE, CliError
+from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 
 
 def add_parser(
@@ -40,6 +46,20 @@ def add_parser(
     parser.add_argument("--priority", type=int, metavar="N", help="priority (1 is the highest)")
     parser.add_argument("--attempts", type=int, metavar="N", help="attempts before it fails")
     parser.add_argument("--job-id", metavar="ID", help="a custom job id")
+    parser.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the add, wait until N replicas have it (Redis WAIT); exit 1 if fewer do",
+    )
+    parser.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds to wait for those replicas (default 1)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -77,9 +97,22 @@ def run(args: argparse.Namespace) -> int:
     # The checks echomq.add makes before it writes (id, options, payload), made here before a
     # server is started: a ValidationError exits 2.
     prepare_job(args.name, data, JobOptions.build(options))
+    wait = ReplicaWait.build(args.wait_replicas, args.wait_timeout)
     url = resolve(args.url, args.durability).url
-    job = asyncio.run(
-        add(args.queue, args.name, data, connection=url, prefix=args.prefix, **options)
+    call = add(
+        args.queue,
+        args.name,
+        data,
+        connection=url,
+        prefix=args.prefix,
+        wait_replicas=wait.replicas,
+        wait_timeout=wait.timeout,
+        **options,
     )
+    try:
+        job = asyncio.run(call)
+    except ReplicationError as exc:
+        print(exc.job.id)  # it was added: a script must know its id
+        raise CliError(str(exc), EXIT_FAILURE) from None
     print(job.id)
     return EXIT_OK

@@ -25,12 +25,14 @@ from .. import ops
 from .._connection import SyncConn, SyncConnection
 from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, sync_client_from_url
 from .._server_checks import check_on_first_use_sync
+from ..errors import ReplicationError
 from ..job import JobState
 from ..ops import BulkItem as BulkItem
 from ..ops import Metrics as Metrics
 from ..ops import MetricsMeta as MetricsMeta
 from ..ops import QueueMeta as QueueMeta
 from ..ops import RateLimit as RateLimit
+from ..ops.replicated import ReplicaWait
 from ..options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._job import Job
@@ -47,6 +49,8 @@ def add(
     *,
     connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
+    wait_replicas: int = 0,
+    wait_timeout: Duration = 1.0,
     **options: Unpack[JobOptionsDict],
 ) -> Job:
     """Add one job to ``queue``; nothing but Redis holds it afterwards.
@@ -58,20 +62,28 @@ def add(
         connection: a ``redis.Redis`` you own, or a URL (opened and closed here, with
             a 1 s connect timeout; :func:`client_from_url` makes a client with another).
         prefix: the key prefix (``bull`` is BullMQ's default).
+        wait_replicas: after the add, wait until this many replicas have it (Redis ``WAIT``
+            on the connection that wrote it; on a Cluster, the primary of the queue's slot);
+            0 (default) returns as soon as the primary has it.
+        wait_timeout: how long to wait for those replicas (seconds or a timedelta).
         **options: job options, see :class:`~echomq.JobOptions`.
 
     Returns:
         The added job (its ``id`` is the generated or custom id).
 
     Raises:
-        ValidationError: bad name, id, option or payload; nothing was written.
+        ValidationError: bad name, id, option, payload, ``wait_replicas`` or
+            ``wait_timeout``; nothing was written.
         RedisUnavailableError: Redis could not be reached or did not answer (the message
             names the server).
+        ReplicationError: the job was added on the primary, but fewer than ``wait_replicas``
+            replicas acknowledged it within ``wait_timeout``; the error's ``job`` is the job.
     """
     keys = queue_keys(queue, prefix)
     job_options = JobOptions.build(options)
+    wait = ReplicaWait.build(wait_replicas, wait_timeout)
     with _connected(connection) as conn:
-        return _detached(conn, _add(conn, keys, name, data, job_options))
+        return _detached(conn, _add(conn, keys, name, data, job_options, wait))
 
 
 def add_bulk(
@@ -80,6 +92,8 @@ def add_bulk(
     *,
     connection: SyncConnection,
     prefix: str = DEFAULT_PREFIX,
+    wait_replicas: int = 0,
+    wait_timeout: Duration = 1.0,
 ) -> list[Job]:
     """Add many jobs in one MULTI/EXEC: all of them land, or none.
 
@@ -89,17 +103,26 @@ def add_bulk(
             :class:`~echomq.JobOptions` or a mapping of option keywords.
         connection: a ``redis.Redis`` you own, or a URL.
         prefix: the key prefix.
+        wait_replicas: after the MULTI/EXEC, wait until this many replicas have it (one
+            Redis ``WAIT`` for the whole batch); 0 (default) waits for none.
+        wait_timeout: how long to wait for those replicas (seconds or a timedelta).
 
     Returns:
         The jobs, in the order given.
 
     Raises:
-        ValidationError: any item is invalid; nothing was written.
+        ValidationError: any item, ``wait_replicas`` or ``wait_timeout`` is invalid; nothing
+            was written.
         RedisUnavailableError: Redis could not be reached or did not answer.
+        ReplicationError: the jobs were added on the primary, but fewer than
+            ``wait_replicas`` replicas acknowledged them within ``wait_timeout``; the error's
+            ``jobs`` are the jobs (``job`` the first).
     """
     keys = queue_keys(queue, prefix)
+    wait = ReplicaWait.build(wait_replicas, wait_timeout)
     with _connected(connection) as conn:
-        return [_detached(conn, job) for job in _add_bulk(conn, keys, jobs, EMPTY_OPTIONS)]
+        added = _add_bulk(conn, keys, jobs, EMPTY_OPTIONS, wait)
+        return [_detached(conn, job) for job in added]
 
 
 def get_job(
@@ -164,12 +187,18 @@ def _connected(connection: SyncConnection) -> Iterator[SyncConn]:
     ``connect_timeout``) is closed on exit. The first call to a server in this process that
     succeeds checks it (``_server_checks``).
 
-    A client the caller passed stays usable, so jobs returned through it keep working.
+    A client the caller passed stays usable, so jobs returned through it keep working. The
+    jobs a :class:`~echomq.ReplicationError` carries are detached like returned ones.
     """
     conn = SyncConn(connection, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     check_on_first_use_sync(conn)
     try:
         yield conn
+    except ReplicationError as exc:
+        for job in exc.jobs:
+            if isinstance(job, Job):
+                _detached(conn, job)
+        raise
     finally:
         if conn.owned:
             conn.close()

@@ -10,7 +10,8 @@ until every child has finished, then runs like any job (and reads its children's
 ``job.get_children_values()``). Children may live in other queues and under other prefixes; on
 Redis Cluster every queue of a flow must share one hash tag. A whole tree (or every tree of
 ``add_bulk``) is checked before anything is written and lands in one script call: all of it
-or nothing.
+or nothing. With ``wait_replicas``, that script call is followed by Redis ``WAIT`` on its
+connection, as for :func:`echomq.add`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from .._connection import SyncConn, SyncConnection, check_cluster_flow
-from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
+from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
 from .._flow_job import FlowJob
 from .._server_checks import check_on_first_use_sync
 from ..errors import ValidationError
 from ..ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
+from ..ops.replicated import ReplicaWait, check_replicated
 from ..options import Duration
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._job import Job
-from ._queue import _added
+from ._queue import Acked, _added, _run_add
 
 
 @dataclasses.dataclass(slots=True)
@@ -72,7 +74,9 @@ class FlowProducer:
         """The default key prefix."""
         return self._prefix
 
-    def add(self, flow: FlowJob) -> JobNode:
+    def add(
+        self, flow: FlowJob, *, wait_replicas: int = 0, wait_timeout: Duration = 1.0
+    ) -> JobNode:
         """Add one tree atomically: every job of it, or none.
 
         Each parent waits in ``waiting-children`` until all its children have finished. A
@@ -81,6 +85,12 @@ class FlowProducer:
         attached to it. A root without children may have ``deduplication``: when it is
         deduplicated nothing is added and its node's job is the owner of the window, with
         ``deduplicated`` set (docs/dedup.md).
+
+        Args:
+            flow: the root node of the tree.
+            wait_replicas: after the add, wait until this many replicas have the tree (Redis
+                ``WAIT`` on the connection that wrote it); 0 (default) waits for none.
+            wait_timeout: how long to wait for those replicas (seconds or a timedelta).
 
         Returns:
             The tree of added jobs.
@@ -93,25 +103,49 @@ class FlowProducer:
             ParentCannotBeReplacedError: a custom id names a job that belongs to another
                 parent.
             RedisUnavailableError: Redis could not be reached or did not answer.
+            ReplicationError: the tree *was* added on the primary, but fewer than
+                ``wait_replicas`` replicas acknowledged it within ``wait_timeout``; the
+                error's ``result`` is the tree (a JobNode), ``job`` its root job.
 
-        Nothing is written when any of these is raised.
+        Nothing is written when any of these but ReplicationError is raised.
         """
         if not isinstance(flow, FlowJob):
             raise ValidationError(f"add() takes a FlowJob, got {type(flow).__name__}")
-        return (self.add_bulk([flow]))[0]
+        wait = ReplicaWait.build(wait_replicas, wait_timeout)
+        trees, jobs, acked = self._add_trees([flow], wait)
+        check_replicated(wait, acked, jobs, trees[0])
+        return trees[0]
 
-    def add_bulk(self, flows: Sequence[FlowJob]) -> list[JobNode]:
-        """Add several trees in one transaction: all of them, or none (see :meth:`add`)."""
+    def add_bulk(
+        self,
+        flows: Sequence[FlowJob],
+        *,
+        wait_replicas: int = 0,
+        wait_timeout: Duration = 1.0,
+    ) -> list[JobNode]:
+        """Add several trees in one transaction: all of them, or none (see :meth:`add`).
+
+        With ``wait_replicas``, one ``WAIT`` follows; a :class:`~echomq.ReplicationError`
+        then holds the list of trees as its ``result``, and the first root's job as ``job``.
+        """
+        wait = ReplicaWait.build(wait_replicas, wait_timeout)
+        trees, jobs, acked = self._add_trees(flows, wait)
+        if trees:
+            check_replicated(wait, acked, jobs, trees)
+        return trees
+
+    def _add_trees(
+        self, flows: Sequence[FlowJob], wait: ReplicaWait
+    ) -> tuple[list[JobNode], list[Job], Acked]:
+        """Write ``flows`` in one script call (then ``WAIT`` as ``wait`` asks): their trees,
+        every job of them (parents first) and what ``WAIT`` answered."""
         nodes = prepare_flows(flows, self._prefix)
         if not nodes:
-            return []
+            return [], [], 0
         check_cluster_flow(self._conn.client, flow_queues(nodes))
-        try:
-            outcomes = self._conn.run(add_flow(nodes))
-        except UNREACHABLE as exc:
-            raise_unavailable(exc, self._conn.address)
+        outcomes, acked = _run_add(self._conn, add_flow(nodes), wait)
         jobs = [_added(self._conn, n.keys, o, n.job) for n, o in zip(nodes, outcomes)]
-        return self._trees(nodes, jobs)
+        return self._trees(nodes, jobs), jobs, acked
 
     def _trees(self, nodes: list[FlowNode], jobs: list[Job]) -> list[JobNode]:
         built = [JobNode(job) for job in jobs]
