@@ -25,9 +25,7 @@ from .test_backend import wait_finished
 pytestmark = pytest.mark.usefixtures("tasks_settings")
 
 
-def manage(
-    *args: str, redis_url: str, prefix: str, debug: bool = False
-) -> subprocess.Popen[str]:
+def manage(*args: str, redis_url: str, prefix: str, debug: bool = False) -> subprocess.Popen[str]:
     env = {**os.environ, "ECHOMQ_REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix}
     env["DJANGO_DEBUG"] = "1" if debug else "0"
     env.pop("DJANGO_SETTINGS_MODULE", None)

@@ -1,0 +1,5 @@
+"""The user's task module: ``echomq worker myapp.tasks:send_email`` loads it."""
+
+from docs_prelude import send_email
+
+__all__ = ["send_email"]
