@@ -42,7 +42,12 @@ class SentinelSetup:
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self) -> None:
-        self.primary = RedisServer(data_dir=self.base / "primary", appendonly=False)
+        # no delay before the replica's first (diskless) sync: Redis waits 5 s by default
+        self.primary = RedisServer(
+            data_dir=self.base / "primary",
+            appendonly=False,
+            extra_args=["--repl-diskless-sync-delay", "0"],
+        )
         self.primary.start()
         self.replica = RedisServer(
             data_dir=self.base / "replica",
@@ -75,11 +80,31 @@ class SentinelSetup:
             log.close()
             self.sentinels.append(("127.0.0.1", port))
         self._wait_ready()
+        self._wait_synced()
 
     def url(self, service: str = SERVICE) -> str:
         """``redis+sentinel://host:port,.../service`` for these Sentinels."""
         hosts = ",".join(f"{host}:{port}" for host, port in self.sentinels)
         return f"redis+sentinel://{hosts}/{service}"
+
+    def _wait_synced(self) -> None:
+        """Wait until the replica has finished its first sync: a failover before it would
+        promote an empty replica."""
+        assert self.replica is not None
+        client = SyncRedis.from_url(self.replica.url, socket_timeout=1, decode_responses=True)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        try:
+            while True:
+                info = client.info("replication")
+                if info.get("master_link_status") == "up" and not info.get(
+                    "master_sync_in_progress"
+                ):
+                    return
+                if time.monotonic() > deadline:
+                    raise EmbeddedRedisError(f"the replica never synced: {info}")
+                time.sleep(0.02)
+        finally:
+            client.close()
 
     def _wait_ready(self) -> None:
         """Every Sentinel knows the primary, its replica and the other Sentinels."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from faultkit.lab import Lab
-from faultkit.results import Row, markdown
+from faultkit.results import Row, markdown, marks_markdown
 from faultkit.scale import is_full, scale
 from faultkit.workers import node_problem
 
@@ -54,10 +54,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if rows:
         terminalreporter.write_sep("=", f"fault suite results (scale {scale()})")
         terminalreporter.write(markdown(rows))
+        if extra := marks_markdown(rows):
+            terminalreporter.write("\n" + extra)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     target = os.environ.get(REPORT_ENV)
     rows = session.config.stash.get(ROWS, [])
     if target and rows:
-        Path(target).write_text(markdown(rows))
+        extra = marks_markdown(rows)
+        Path(target).write_text(markdown(rows) + (f"\n{extra}" if extra else ""))

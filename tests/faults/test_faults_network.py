@@ -298,3 +298,43 @@ async def events_cut(lab: Lab) -> Run:
 @pytest.mark.timeout(TEST_TIMEOUT)
 async def test_events_reader_resumes(lab: Lab) -> None:
     verdict(await events_cut(lab))
+
+
+# -- 17. CLIENT KILL of the idle blocking connection -------------------------------------------
+
+
+async def blocking_kill(lab: Lab, impl: str) -> Run:
+    """An idle worker waits on its marker; its blocking connection is killed (``CLIENT
+    KILL``), and a job is added at once. The worker must notice and take the job: recovery is
+    from the job's acknowledgement until its processor starts (ledger), bounded by 0.1 s.
+    Repeated, each time once the worker waits on its marker again. Duplicates allowed: none.
+    """
+    kills = pick(3, 10)
+    async with lab.run("17 CLIENT KILL idle blocking", impl, lock=2.0, stalled=0.5) as run:
+        (worker,) = await run.start_workers(1)
+
+        async def idle() -> bool:
+            found = await connections(run, worker, "blocking")
+            return bool(found) and found[0]["cmd"] == "bzpopmin"
+
+        for _ in range(kills):
+            await run.until(idle, 10, "the worker to wait on its marker")
+            await asyncio.sleep(0.2)  # well inside its wait
+            for victim in await connections(run, worker, "blocking"):
+                await run.r.client_kill_filter(_id=victim["id"])
+            run.row.faults += 1
+            job_id = await run.producer.add({"ms": 10})
+            acked = run.producer.acked[job_id] * 1000
+            await run.wait_finished([job_id], timeout=10)
+            started = run.ledger.first_start(job_id)
+            run.set_recovery(None if started is None else max(0.0, started - acked) / 1000, 0.1)
+        await run.finish()
+    return run
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(TEST_TIMEOUT)
+async def test_client_kill_of_the_idle_blocking_connection(lab: Lab, baseline: bool) -> None:
+    node = await blocking_kill(lab, "node") if baseline else None
+    echo = await blocking_kill(lab, "echomq")
+    verdict(echo, node)

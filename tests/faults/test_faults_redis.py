@@ -223,3 +223,58 @@ async def test_redis_oom(lab: Lab, baseline: bool) -> None:
     node = await redis_oom(lab, "node") if baseline else None
     echo = await redis_oom(lab, "echomq")
     verdict(echo, node)
+
+
+# -- 16. Restarted empty -----------------------------------------------------------------------
+
+
+async def redis_restarted_empty(lab: Lab, impl: str) -> Run:
+    """Redis (no persistence) is killed with SIGKILL under load and restarted empty on the
+    same port after 1 s: every job it held is gone, by physics. Each worker must take a new job
+    as soon as the server answers again: jobs added then (acknowledged by the new server) run
+    and complete, once. Recovery: from the moment the server answers again until the first
+    of those jobs starts (ledger), bounded by 1 s; a job is added at once then, so the bound
+    does not wait for the producer's own retry pace. Duplicates allowed: none among the jobs
+    added after the restart. Only the jobs added after the last restart are audited at the
+    end (each restart's jobs are seen completed before the next kill wipes them)."""
+    n, faults = pick(30, 120), pick(1, 3)
+    async with lab.run(
+        "16 Redis restarted empty", impl, lock=LOCK, stalled=STALLED, concurrency=2
+    ) as run:
+        await run.start_workers(2)
+        after: list[str] = []
+        for _ in range(faults):
+            run.producer.stream(n // faults, lambda i: {"ms": 100}, every=0.02)
+            if await run.busy_worker(2, timeout=20) is None:
+                break
+            run.server.kill9()
+            await asyncio.sleep(1.0)  # the outage
+            run.server.start()  # same port, nothing persisted: an empty server
+            answered = now_ms()
+            run.row.faults += 1
+            await run.producer.add({"ms": 100})  # a job at once, whatever the stream's pace
+            await run.producer.join(timeout=60)  # the adds refused meanwhile, now on it
+            acked_since = [j for j, t in run.producer.acked.items() if t * 1000 >= answered]
+            after = acked_since  # the jobs of an earlier restart went with the next kill
+            if not await run.wait_finished(acked_since, timeout=20):
+                break
+            starts = [
+                e.t_ms
+                for e in run.ledger.entries()
+                if e.event == "start" and e.job_id in set(acked_since) and e.t_ms >= answered
+            ]
+            first = min(starts, default=None)
+            run.set_recovery(None if first is None else (first - answered) / 1000, 1.0)
+        await run.finish(dict.fromkeys(after, ("completed",)))
+        extra = {j: c - 1 for j, c in run.ledger.starts().items() if j in after and c > 1}
+        if extra:
+            run.problems.append(f"jobs added after the restart ran more than once: {extra}")
+    return run
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(TEST_TIMEOUT)
+async def test_redis_restarted_empty(lab: Lab, baseline: bool) -> None:
+    node = await redis_restarted_empty(lab, "node") if baseline else None
+    echo = await redis_restarted_empty(lab, "echomq")
+    verdict(echo, node)

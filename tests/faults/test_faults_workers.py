@@ -226,6 +226,74 @@ async def test_poison_job(lab: Lab, baseline: bool) -> None:
     verdict(echo, node)
 
 
+async def poison_beside_others(lab: Lab, impl: str) -> Run:
+    """The issue's shape: one poison job (``os._exit``) among good jobs, two workers of
+    concurrency 10, max stalled count 1, dead workers restarted by a supervisor. The poison
+    kills its worker twice, then ends failed. Every job running beside it stalls once per
+    death; a good job that ran beside it at both deaths stalls twice and ends failed too
+    ("innocents failed", the row's mark): echomq must not fail more of them than BullMQ in
+    the same run. Every other good job completes.
+
+    Duplicates allowed: the jobs a dead worker was running or had finished within its last
+    0.25 s (their outcome may not have been recorded yet), and the poison's second run.
+    Recovery: from the poison's first start to its failure, bounded by 2 x (lock + 2 stalled
+    intervals) + 3 s.
+    """
+    lock, stalled, max_stalled = 1.0, 0.5, 1
+    good = pick(60, 200)
+    async with lab.run(
+        "3b poison job, concurrency 10",
+        impl,
+        lock=lock,
+        stalled=stalled,
+        max_stalled=max_stalled,
+        concurrency=10,
+    ) as run:
+        await run.start_workers(2)
+        run.workers.supervise(2)
+        ids = await run.producer.add_many(good // 2, lambda i: {"ms": 200})
+        poison = await run.producer.add({"poison": "exit"})
+        ids += await run.producer.add_many(good - good // 2, lambda i: {"ms": 200})
+        expected: dict[str, tuple[str, ...]] = dict.fromkeys(ids, ("completed", "failed"))
+        expected[poison] = ("failed",)
+        await run.wait_finished(expected, timeout=40)
+        await run.workers.stop_supervising()
+        dead = {w.pid for w in run.workers.procs if not w.alive}
+        run.row.faults = len(dead)
+        entries = run.ledger.entries()
+        for pid in dead:
+            # Jobs whose outcome the death may have cut: still running, or returned within
+            # the last 0.25 s (their outcome waited for the next finish call).
+            died = max(e.t_ms for e in entries if e.pid == pid)
+            recent = {
+                e.job_id
+                for e in entries
+                if e.pid == pid and e.event == "finish" and e.t_ms >= died - 250
+            }
+            run.allow((run.ledger.in_flight(pid) | recent) - {poison})
+        run.allow([poison], max_stalled)
+        members = await run.r.zrange(f"bull:{run.queue}:failed", 0, -1)
+        failed = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+        run.marks["innocents_failed"] = len(failed - {poison})
+        first = run.ledger.first_start(poison) or now_ms()
+        bound = (max_stalled + 1) * (lock + 2 * stalled) + 3
+        run.set_recovery(await run.recovery(first, [poison]), bound)
+        await run.finish(expected)
+    return run
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(TEST_TIMEOUT)
+async def test_poison_job_fails_no_more_innocents_than_bullmq(lab: Lab, baseline: bool) -> None:
+    node = await poison_beside_others(lab, "node") if baseline else None
+    echo = await poison_beside_others(lab, "echomq")
+    if node is not None:
+        ours, theirs = echo.marks["innocents_failed"], node.marks["innocents_failed"]
+        if ours > theirs:
+            echo.problems.append(f"{ours:.0f} innocent jobs failed, BullMQ {theirs:.0f}")
+    verdict(echo, node)
+
+
 # -- 10. Stall storm -------------------------------------------------------------------------
 
 

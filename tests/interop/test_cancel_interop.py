@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Queue, Worker
+from helpers import session_of
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -51,8 +52,7 @@ async def test_cancel_of_a_job_held_by_node_changes_nothing(
         listener = Worker(queue_name, never, connection=redis, drain_delay=0.2)
         async with listener:
             await listener.pause(wait_for_active=False)  # idle, but listening
-            assert listener._control is not None
-            await asyncio.wait_for(listener._control.ready.wait(), 5)
+            await asyncio.wait_for(session_of(listener).control.ready.wait(), 5)
             # Delivered to the echomq worker, which does not hold the job: ignored.
             assert await queue.cancel_job(second.id, "stop it", requeue=True) is True
             report = await node.result(30)

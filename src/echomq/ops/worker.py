@@ -64,7 +64,9 @@ class FinishReply:
 
     ``dangling`` lists the ids the call dropped because their job hash was missing (from
     ``wait`` or ``prioritized`` while fetching, from ``delayed`` while promoting due jobs),
-    in the order found; none of them took a slot.
+    in the order found; none of them took a slot. ``set_aside`` counts the jobs that stalled
+    before which the call left for another worker (a worker runs at most one such job; see
+    :func:`stalled_before`).
     """
 
     codes: list[int]
@@ -72,6 +74,7 @@ class FinishReply:
     rate_limit_ttl_ms: int
     next_delayed_ms: int
     dangling: list[Dangling]
+    set_aside: int = 0
 
 
 @dataclass(slots=True)
@@ -125,7 +128,8 @@ def _parse_reply(reply: Any) -> FinishReply:
         if pairs
         else _NONE_DANGLING
     )
-    return FinishReply(codes, jobs, int(reply[2]), int(reply[3]), dangling)
+    set_aside = int(reply[5]) if len(reply) > 5 else 0
+    return FinishReply(codes, jobs, int(reply[2]), int(reply[3]), dangling, set_aside)
 
 
 #: Shared by every reply that dropped no dangling id (almost all of them; never mutated).
@@ -141,11 +145,14 @@ def finish_and_fetch(
     now: int,
     *,
     resend: bool = False,
+    runs_stalled: bool = False,
 ) -> ScriptOp[FinishReply]:
     """Record ``items`` then take up to ``fetch`` jobs, in one script call.
 
     With ``resend``, the call repeats one whose reply was lost (same items, same tokens): the
     script reports items the lost call recorded with code 1 and returns the jobs it took.
+    With ``runs_stalled`` (the worker runs a job that stalled before), the call takes no job
+    that stalled before; otherwise it takes at most one.
     """
     return ScriptOp(
         scripts.get("finishAndFetch"),
@@ -162,9 +169,17 @@ def finish_and_fetch(
             params.name,
             "" if params.metrics_max_points is None else params.metrics_max_points,
             "1" if resend else "",
+            "1" if runs_stalled else "",
         ],
         _parse_reply,
     )
+
+
+def stalled_before(fetched: Fetched) -> bool:
+    """Whether a job taken for processing stalled before and will run (it carries no deferred
+    failure): it may be what killed its last worker, so a worker runs one at a time
+    (docs/protocol/scripts.md#step-fetch)."""
+    return fields.STALLED_COUNTER in fetched.hash and fields.DEFERRED_FAILURE not in fetched.hash
 
 
 def extend_locks(

@@ -94,6 +94,10 @@ class Session:
         self.runs: dict[str, RunState] = {}  # token -> the run of a job being processed
         self._token_counter = 0
         self._reserved = 0
+        # Tokens of running jobs that stalled before (a worker runs one at a time, see
+        # wops.stalled_before), and how many calls that may take one are in flight.
+        self._stalled_tokens: set[str] = set()
+        self._stalled_calls = 0
         self._rate_limit_until = 0.0
         self._empty_hint = False
         self._next_delayed = 0
@@ -123,7 +127,8 @@ class Session:
         blocking = conn.new_client(
             client_name=keys.worker_client_name(options.name), socket_timeout=None
         )
-        self._waiter = MarkerWaiter(keys, blocking, to_seconds(options.drain_delay, "drain_delay"))
+        self._waiter_delay = to_seconds(options.drain_delay, "drain_delay")
+        self._waiter = MarkerWaiter(keys, blocking, self._waiter_delay)
         self.control = ControlListener(keys, conn, self._on_control)
         name = getattr(processor, "__qualname__", None) or type(processor).__name__
         lock_seconds = to_seconds(options.lock_duration, "lock_duration")
@@ -226,7 +231,7 @@ class Session:
 
     def ran_dry(self, reply: wops.FinishReply) -> None:
         """A finish call took fewer jobs than it asked for: the fetch loop takes over."""
-        self._empty_hint = reply.rate_limit_ttl_ms == 0
+        self._empty_hint = reply.rate_limit_ttl_ms == 0 and not reply.set_aside
         self.wake_fetcher()
 
     @functools.cached_property
@@ -257,9 +262,14 @@ class Session:
         start = self._token_counter
         self._token_counter += fetch
         keys, params = self.keys, self._fetch_params
+        runs_stalled = self._runs_stalled()
+        may_take_stalled = int(fetch > 0 and not runs_stalled)
+        self._stalled_calls += may_take_stalled
         try:
             try:  # the common case, without the retry machinery
-                op = wops.finish_and_fetch(keys, items, fetch, start, params, now_ms())
+                op = wops.finish_and_fetch(
+                    keys, items, fetch, start, params, now_ms(), runs_stalled=runs_stalled
+                )
                 return await self.conn.run(op)
             except Exception as exc:
                 kind = classify(exc)
@@ -274,7 +284,14 @@ class Session:
 
             def attempt(resend: bool) -> Awaitable[wops.FinishReply]:
                 op = wops.finish_and_fetch(
-                    keys, items, fetch, start, params, now_ms(), resend=resend or first_resend
+                    keys,
+                    items,
+                    fetch,
+                    start,
+                    params,
+                    now_ms(),
+                    resend=resend or first_resend,
+                    runs_stalled=runs_stalled,
                 )
                 return self.conn.run(op)
 
@@ -288,6 +305,13 @@ class Session:
             return await call_through_outages(log.what, attempt, give_up, log=log)
         finally:
             self._reserved -= fetch
+            self._stalled_calls -= may_take_stalled
+
+    def _runs_stalled(self) -> bool:
+        """Whether a job that stalled before runs here, or a call that may take one is in
+        flight: the next call then takes no such job (a worker runs one at a time)."""
+        self._stalled_tokens.intersection_update(self.running)
+        return bool(self._stalled_tokens) or self._stalled_calls > 0
 
     def dispatch(self, reply: wops.FinishReply, *, keep_one: bool = False) -> Job | None:
         """Start the jobs a call took, each in its own task; with ``keep_one`` the first is
@@ -316,6 +340,8 @@ class Session:
                 continue
             job = Job.from_hash(fetched.id, fetched.hash, self.keys, self.conn)
             job._token = fetched.token
+            if wops.stalled_before(fetched):
+                self._stalled_tokens.add(fetched.token)
             if keep_one and kept is None:
                 kept = job
                 self.running[fetched.token] = asyncio.current_task()  # type: ignore[assignment]
@@ -379,6 +405,12 @@ class Session:
                 if reply is None:
                     return
                 self.dispatch(reply)
+                if not reply.jobs and reply.set_aside:
+                    # Only jobs that stalled before are ready, and one runs here: the call put
+                    # the marker back for other workers, so wait for a job of ours to end.
+                    self._wake.clear()
+                    await self._idle(_wait_for(self._wake, self._waiter_delay))
+                    continue
                 self._empty_hint = not reply.jobs and reply.rate_limit_ttl_ms == 0
                 if self._empty_hint != self._drained:  # report each drain once
                     self._drained = self._empty_hint

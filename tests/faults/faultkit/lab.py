@@ -40,6 +40,7 @@ from .proxy import FaultProxy
 from .results import Row
 from .scale import pick
 from .servers import FaultServer
+from .topology import Replicated, replicated
 from .workers import WorkerConfig, WorkerGroup, WorkerProc
 
 COMPLETED = ("completed",)
@@ -60,7 +61,7 @@ class Run:
         self,
         scenario: str,
         impl: str,
-        server: FaultServer,
+        server: FaultServer | Replicated,
         proxy: FaultProxy | None,
         directory: Path,
         worker_config: dict[str, Any],
@@ -68,16 +69,20 @@ class Run:
     ) -> None:
         self.scenario = scenario
         self.impl = impl
-        self.server = server
+        self._server = server
         self.proxy = proxy
         self.queue = f"faults-{uuid.uuid4().hex[:8]}"
+        if isinstance(server, Replicated) and server.kind == "cluster":
+            self.queue = f"{{{self.queue}}}"  # all of the queue's keys in one slot
         self.ledger = Ledger(directory / "ledger.txt")
         via_proxy = proxy is not None and worker_config.pop("via_proxy", True)
         url = proxy.url if via_proxy and proxy is not None else server.url
+        if isinstance(server, Replicated):
+            worker_config["node_options"] = server.node_options()
         config = WorkerConfig(impl=impl, queue=self.queue, url=url, **worker_config)
         self.workers = WorkerGroup(config, self.ledger.path, directory)
         self.producer = Producer(server.url, self.queue)
-        self.r = redis.asyncio.Redis.from_url(server.url, client_name="faults-tester")
+        self.r = redis.asyncio.Redis.from_url(self._direct_url(), client_name="faults-tester")
         self.row = Row(scenario, impl, nodeid)
         self.problems: list[str] = []
         self.marks: dict[str, float] = {}  # scenario-specific numbers
@@ -88,12 +93,46 @@ class Run:
         # about that long instead of waiting out each deadline in turn.
         self._deadline = self._t0 + RUN_BUDGET
 
+    @property
+    def server(self) -> FaultServer:
+        """The run's one server (not for a replicated run: see :attr:`topology`)."""
+        assert isinstance(self._server, FaultServer), "a replicated run: use run.topology"
+        return self._server
+
+    @property
+    def topology(self) -> Replicated:
+        """The run's replicated setup (``Lab.run(topology=...)``)."""
+        assert isinstance(self._server, Replicated), "a single-server run: use run.server"
+        return self._server
+
+    def _direct_url(self) -> str:
+        """A plain URL of the node that holds the queue's keys now (the primary)."""
+        if isinstance(self._server, Replicated):
+            return self._server.primary_url(self.queue)
+        return self._server.url
+
+    async def follow_primary(self) -> None:
+        """Point the test's own client at the node that holds the queue now (after a
+        failover)."""
+        url = await asyncio.to_thread(self._direct_url)
+        await self.r.aclose()
+        self.r = redis.asyncio.Redis.from_url(url, client_name="faults-tester")
+
     # -- workers ---------------------------------------------------------------------------
 
     async def start_workers(self, n: int, **overrides: Any) -> list[WorkerProc]:
         """Start ``n`` workers and wait until each has connected."""
         procs = [self.workers.start(**overrides) for _ in range(n)]
-        await self.workers.wait_ready(self.r, procs)
+        clients = [self.r]
+        if isinstance(self._server, Replicated) and self._server.kind == "cluster":
+            # BullMQ names its blocking connection on whichever node ioredis picks
+            clients = [redis.asyncio.Redis.from_url(u) for u in self._server.node_urls()]
+        try:
+            await self.workers.wait_ready(clients, procs)
+        finally:
+            for client in clients:
+                if client is not self.r:
+                    await client.aclose()
         return procs
 
     # -- waiting ---------------------------------------------------------------------------
@@ -241,6 +280,7 @@ class Run:
         if recovery is not None and bound is not None and recovery > bound:
             self.problems.append(f"recovery took {recovery:.2f}s, bound {bound:.2f}s")
         self.row.runtime = time.monotonic() - self._t0
+        self.row.marks = dict(self.marks)
         return result
 
     def worker_logs(self) -> str:
@@ -252,7 +292,7 @@ class Run:
         await self.r.aclose()
         if self.proxy is not None:
             await self.proxy.aclose()
-        self.server.stop()
+        await asyncio.to_thread(self._server.stop)
 
 
 class Lab:
@@ -272,17 +312,26 @@ class Lab:
         *,
         server_args: Iterable[str] = (),
         proxy: bool = False,
+        topology: str | None = None,
         **worker_config: Any,
     ) -> AsyncIterator[Run]:
         """A run of ``scenario`` with ``impl`` workers, on a new server started with
         ``server_args``; with ``proxy`` a :class:`FaultProxy` is started too, and the
-        workers connect through it unless ``via_proxy=False`` is given."""
+        workers connect through it unless ``via_proxy=False`` is given. With ``topology``
+        (``sentinel`` or ``cluster``) the run gets a replicated setup instead of one server
+        (:mod:`faultkit.topology`), which everyone reaches through its URL form."""
         directory = self._dir / f"{len(self.runs)}-{impl}"
         directory.mkdir(parents=True)
-        server = FaultServer(directory / "redis", list(server_args))
-        server.start()
+        server: FaultServer | Replicated
+        if topology is not None:
+            server = replicated(topology, directory / topology)
+            await asyncio.to_thread(server.start)
+        else:
+            server = FaultServer(directory / "redis", list(server_args))
+            server.start()
         fault_proxy: FaultProxy | None = None
         if proxy:
+            assert isinstance(server, FaultServer), "a proxy stands before one server"
             fault_proxy = FaultProxy(server.port)
             await fault_proxy.start()
         run = Run(scenario, impl, server, fault_proxy, directory, worker_config, self._nodeid)

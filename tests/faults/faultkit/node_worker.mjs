@@ -4,7 +4,9 @@
 //   node node_worker.mjs '<json options>'
 //
 // Options: url, queue, name, concurrency, lockDuration (ms), stalledInterval (ms),
-// maxStalledCount, drainDelay (s), runRetryDelay (ms), ledger (path of the ledger file).
+// maxStalledCount, drainDelay (s), runRetryDelay (ms), ledger (path of the ledger file);
+// instead of url, sentinels ([[host, port], ...]) with service (the monitored name), or
+// cluster ([[host, port], ...], the startup nodes; the queue name then carries braces).
 // The processor is the same as faultkit/proc.py: it appends "<job id> <pid> start <ms>" to the
 // ledger (one write on an O_APPEND descriptor), sleeps data.ms, blocks the event loop
 // data.block_ms (only on the first start with data.block_first), kills its own process for
@@ -14,6 +16,7 @@
 
 import fs from 'node:fs';
 import { Worker } from 'bullmq';
+import IORedis from 'ioredis';
 
 const opts = JSON.parse(process.argv[2]);
 const ledger = fs.openSync(opts.ledger, 'a');
@@ -43,13 +46,20 @@ async function processor(job) {
   return job.id;
 }
 
-function connection(url) {
-  const u = new URL(url);
+function connection(o) {
+  const nodes = list => list.map(([host, port]) => ({ host, port }));
+  if (o.sentinels) {
+    return { sentinels: nodes(o.sentinels), name: o.service, maxRetriesPerRequest: null };
+  }
+  if (o.cluster) {
+    return new IORedis.Cluster(nodes(o.cluster), { redisOptions: { maxRetriesPerRequest: null } });
+  }
+  const u = new URL(o.url);
   return { host: u.hostname, port: Number(u.port), maxRetriesPerRequest: null };
 }
 
 const worker = new Worker(opts.queue, processor, {
-  connection: connection(opts.url),
+  connection: connection(opts),
   name: opts.name,
   concurrency: opts.concurrency ?? 1,
   lockDuration: opts.lockDuration,

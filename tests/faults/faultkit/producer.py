@@ -17,6 +17,7 @@ import redis.asyncio
 
 import echomq
 from echomq import ValidationError
+from echomq import _topology as topology
 
 #: Events kept in the stream, far above what any scenario emits, so the audit sees them all.
 MAX_LEN_EVENTS = 1_000_000
@@ -31,9 +32,17 @@ class Producer:
 
     def __init__(self, url: str, queue: str, *, retry_for: float = 30.0) -> None:
         self.queue = queue
-        self.client = redis.asyncio.Redis.from_url(
-            url, client_name="faults-producer", socket_timeout=10
-        )
+        self.client: Any
+        if "+" in url.partition("://")[0]:  # redis+sentinel:// or redis+cluster://
+            # A short reply timeout: an add that hangs on a frozen primary is given up and
+            # tried again (same id), rather than acknowledged by a primary already replaced.
+            self.client = echomq.client_from_url(
+                url, client_name="faults-producer", socket_timeout=0.5
+            )
+        else:
+            self.client = redis.asyncio.Redis.from_url(
+                url, client_name="faults-producer", socket_timeout=10
+            )
         self.acked: dict[str, float] = {}  # job id -> time.time() of the acknowledgement
         self.refusals = 0  # adds that raised and were retried
         self._retry_for = retry_for
@@ -94,4 +103,4 @@ class Producer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.client.aclose()
+        await topology.aclose(self.client)  # a Sentinel client's Sentinel connections too

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -30,6 +30,9 @@ class Row:
     bound: float | None = None
     faults: int = 0
     verdict: str = ""
+    #: Scenario-specific numbers (e.g. ``promotion`` s, ``innocents_failed``), shown in the
+    #: second table.
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 def _num(value: float | None) -> str:
@@ -58,3 +61,27 @@ def markdown(rows: list[Row]) -> str:
         for r in sorted(rows, key=_order)
     ]
     return HEADER + "\n".join(lines) + "\n"
+
+
+#: Marks shown in the second table: seconds from the fault until a replica was promoted;
+#: jobs that ended failed although they were not the poison job.
+PUBLISHED_MARKS = ("promotion", "innocents_failed")
+
+
+def marks_markdown(rows: list[Row]) -> str:
+    """The rows that carry published marks, with those as columns (empty when none does)."""
+    marked = [r for r in sorted(rows, key=_order) if set(r.marks) & set(PUBLISHED_MARKS)]
+    if not marked:
+        return ""
+    names = [n for n in PUBLISHED_MARKS if any(n in r.marks for r in marked)]
+    head = "| Scenario | Workers | Recovery (s) | Bound (s) | Lost | Duplicates | Allowed | "
+    head += " | ".join(names) + " | Result |\n"
+    head += "|---|---|" + "---:|" * (5 + len(names)) + "---|\n"
+    lines = [
+        f"| {r.scenario} | {r.impl} | {_num(r.recovery)} | {_num(r.bound)} | {r.lost} "
+        f"| {r.duplicates} | {r.allowed} | "
+        + " | ".join(_num(r.marks.get(name)) for name in names)
+        + f" | {r.verdict} |"
+        for r in marked
+    ]
+    return head + "\n".join(lines) + "\n"

@@ -44,6 +44,8 @@ class WorkerConfig:
     max_stalled: int = 1
     drain_delay: float = 0.5
     close_grace: float = 10.0
+    #: The BullMQ worker's Sentinel or Cluster connection (see node_worker.mjs), else None.
+    node_options: dict[str, Any] | None = None
 
 
 def node_problem() -> str | None:
@@ -165,19 +167,24 @@ class WorkerGroup:
                 "maxStalledCount": c.max_stalled,
                 "drainDelay": max(1, round(c.drain_delay)),
                 "ledger": str(self._ledger),
+                **(c.node_options or {}),
             }
             node = os.environ.get("ECHOMQ_NODE") or shutil.which("node") or "node"
             return [node, str(NODE_WORKER), json.dumps(options)]
         raise ValueError(f"unknown worker implementation {c.impl!r}")
 
     async def wait_ready(
-        self, client: redis.asyncio.Redis, workers: list[WorkerProc], timeout: float = 20.0
+        self,
+        clients: list[redis.asyncio.Redis],
+        workers: list[WorkerProc],
+        timeout: float = 20.0,
     ) -> None:
-        """Wait until each worker's blocking connection shows in ``CLIENT LIST``."""
+        """Wait until each worker's blocking connection shows in ``CLIENT LIST`` of one of
+        ``clients`` (the nodes it may be on)."""
         wanted = {self.blocking_name(w.name): w for w in workers}
         deadline = time.monotonic() + timeout
         while True:
-            names = {c["name"] for c in await client.client_list()}
+            names = {c["name"] for client in clients for c in await client.client_list()}
             missing = [w for n, w in wanted.items() if n not in names]
             if not missing:
                 return

@@ -47,7 +47,8 @@ local function promote_due_delayed(k, now, blocked)
 end
 
 -- Pop the next job id into active: the tail of wait first, then the lowest score of
--- prioritized. Returns the id and the structure it came from (nil when both are empty).
+-- prioritized. Returns the id, the structure it came from (nil when both are empty) and, from
+-- prioritized, its score.
 local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
   local id = redis.call("RPOPLPUSH", k_wait, k_active)
   if id and string.sub(id, 1, 2) == "0:" then
@@ -61,7 +62,7 @@ local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
   local top = redis.call("ZPOPMIN", k_prioritized)
   if top[1] then
     redis.call("LPUSH", k_active, top[1])
-    return top[1], "prioritized"
+    return top[1], "prioritized", top[2]
   end
   redis.call("DEL", k_pc)
   return nil
@@ -103,12 +104,43 @@ local function start_job(k, job_key, id, token, now, w, max_jobs, duration)
   return redis.call("HGETALL", job_key)
 end
 
+-- Most jobs that stalled before one fetch sets aside before it stops looking further.
+local SET_ASIDE_MAX = 100
+
+-- Whether a job stalled before (`stc`) and will run: it may be what killed its last worker.
+-- One carrying `defa` is only failed by its taker, so it runs nothing.
+local function stalled_before(job_key)
+  local f = redis.call("HMGET", job_key, "stc", "defa")
+  return f[1] ~= false and f[2] == false
+end
+
+-- Put the jobs set aside back where they were taken from, in their order (the first taken
+-- served next again).
+local function put_back(k, aside)
+  for j = #aside, 1, -1 do
+    local entry = aside[j]
+    if entry[2] == "wait" then
+      redis.call("RPUSH", k.wait, entry[1])
+    else
+      redis.call("ZADD", k.prioritized, entry[3], entry[1])
+    end
+  end
+end
+
 -- Take up to `count` jobs. `w` holds the worker's parameters:
--- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name.
+-- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name, runs_stalled (the
+-- worker runs a job that stalled before).
 -- Returns {flat {id, token, hash, id, token, hash, ...}, rate_limit_ttl, next_delayed_due,
--- dangling}, where dangling is `dangling_jobs` (flat {id, structure, ...}, also holding those
--- dropped earlier in the same script). A dangling id popped from wait or prioritized is
--- removed from active again and takes no slot, no lock, no token and no limiter count.
+-- dangling, set_aside}, where dangling is `dangling_jobs` (flat {id, structure, ...}, also
+-- holding those dropped earlier in the same script). A dangling id popped from wait or
+-- prioritized is removed from active again and takes no slot, no lock, no token and no limiter
+-- count.
+--
+-- A worker runs at most one job that stalled before: a poison job that kills its worker then
+-- never shares a process with the jobs it killed before (each of which would stall once more
+-- and fail at the max stalled count). A fetch takes at most one such job, none for a worker
+-- that runs one; the others it meets are set aside (up to SET_ASIDE_MAX) and put back where
+-- they were, and set_aside counts them.
 local function fetch_jobs(k, now, count, w)
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
   local concurrency = tonumber(meta[2])
@@ -121,11 +153,13 @@ local function fetch_jobs(k, now, count, w)
   local taken = {}
   local ttl = rate_limit_ttl(k.limiter, max_jobs)
   if ttl > 0 then
-    return {taken, ttl, 0, dangling_jobs}
+    return {taken, ttl, 0, dangling_jobs, 0}
   end
   if meta[1] or count <= 0 then
-    return {taken, 0, 0, dangling_jobs}
+    return {taken, 0, 0, dangling_jobs, 0}
   end
+  local aside = {}
+  local may_take_stalled = not w.runs_stalled
   local i = 1
   while i <= count do
     if concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency then
@@ -137,16 +171,27 @@ local function fetch_jobs(k, now, count, w)
         break
       end
     end
-    local id, source = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+    local id, source, score = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
     if not id then
       break
     end
     local job_key = job_hash_key(k.prefix, id)
-    if redis.call("EXISTS", job_key) == 0 then
+    local exists = redis.call("EXISTS", job_key) == 1
+    local stalled = exists and stalled_before(job_key)
+    if not exists then
       -- checked before any write: a lock or an HSET here would fake a job
       redis.call("LREM", k.active, 1, id)
       drop_dangling(id, source)
+    elseif stalled and not may_take_stalled then
+      redis.call("LPOP", k.active) -- pushed there by pop_next_id just now
+      aside[#aside + 1] = {id, source, score}
+      if #aside >= SET_ASIDE_MAX then
+        break
+      end
     else
+      if stalled then
+        may_take_stalled = false
+      end
       local token = w.token_prefix
       if w.token_start then -- nil: the prefix is the whole token (one job)
         token = token .. int_str(w.token_start + i - 1)
@@ -157,14 +202,17 @@ local function fetch_jobs(k, now, count, w)
       i = i + 1
     end
   end
-  if #taken > 0 then
+  put_back(k, aside)
+  if #taken > 0 or #aside > 0 then -- set aside for another worker: wake the idle ones
     add_base_marker(k.marker)
-    return {taken, ttl, 0, dangling_jobs}
+  end
+  if #taken > 0 then
+    return {taken, ttl, 0, dangling_jobs, #aside}
   end
   local first = redis.call("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
   local next_due = 0
   if first[1] then
     next_due = math.floor(tonumber(first[2]) / 4096)
   end
-  return {taken, 0, next_due, dangling_jobs}
+  return {taken, 0, next_due, dangling_jobs, #aside}
 end
