@@ -192,3 +192,28 @@ async def test_a_worker_and_a_producer_ride_through_a_sentinel_failover(
     assert run.extra_runs <= 5  # only jobs the failover cut
     resumed = run.resumed
     assert resumed < DOWN_AFTER_MS / 1000 + 3, f"the worker resumed {resumed:.2f} s after the kill"
+
+
+async def test_a_worker_and_a_producer_ride_through_a_frozen_sentinel_primary(
+    tmp_path: Path, queue_name: str
+) -> None:
+    """The primary is frozen (SIGSTOP) under load: the connections to it neither fail nor
+    answer. When the Sentinels announce the new master (+switch-master), echomq drops them
+    (_sentinel_watch), so the worker runs new jobs on the new primary about as soon as after a
+    kill, instead of waiting for the frozen one to come back and be demoted."""
+    setup = SentinelSetup(tmp_path / "sentinel")
+    setup.start()
+    assert setup.primary is not None and setup.primary.pid is not None
+    frozen = setup.primary.pid
+    try:
+        run = await ride_through(
+            setup.url(), queue_name, lambda: os.kill(frozen, signal.SIGSTOP), concurrency=5
+        )
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+        setup.stop()
+    assert run.lost == []
+    assert run.extra_runs <= 5
+    resumed = run.resumed
+    assert resumed < DOWN_AFTER_MS / 1000 + 3, f"the worker resumed {resumed:.2f} s after the stop"
+

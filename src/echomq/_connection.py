@@ -9,6 +9,7 @@ both, and nothing below it imports it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,6 +31,7 @@ from ._fail_fast import (
     sync_client_from_url,
     url_address,
 )
+from ._sentinel_watch import SentinelWatch, sentinel_pool
 from ._wire import Channel, open_channel
 from .errors import ConnectionNotOpenError, ValidationError
 from .ops._base import Op, Plan, run_plan, run_plan_sync
@@ -165,7 +167,7 @@ class AsyncConn(_Addressed):
             raise); the per-server checks of producers hook in here.
     """
 
-    __slots__ = ("_channel", "_client", "_pipelined", "first_use", "owned", "url")
+    __slots__ = ("_channel", "_client", "_pipelined", "_watch", "first_use", "owned", "url")
 
     def __init__(
         self,
@@ -176,6 +178,7 @@ class AsyncConn(_Addressed):
     ) -> None:
         self._pipelined = pipelined
         self._channel: Channel | None = None
+        self._watch: SentinelWatch | None = None
         self.first_use: FirstUse | None = None
         if isinstance(connection, str):
             self._client: redis.asyncio.Redis | None = async_client_from_url(
@@ -211,7 +214,22 @@ class AsyncConn(_Addressed):
         if self._channel is None and self._pipelined:
             self._channel = open_channel(self.client)
             self._pipelined = self._channel is not None
+            if not self._pipelined:  # a long-lived owner: follow Sentinel failovers
+                self._follow_failovers(None)
         return self._channel
+
+    def _follow_failovers(self, pool: redis.asyncio.ConnectionPool | None) -> None:
+        """On a Sentinel-managed client, drop the connections of the client (and of ``pool``,
+        made from it) as soon as the Sentinels switch masters (``_sentinel_watch``)."""
+        if self._watch is None:
+            own = sentinel_pool(self.client)
+            if own is None:
+                return
+            self._watch = SentinelWatch(own)
+        if pool is not None:
+            self._watch.follow(pool)
+        with contextlib.suppress(RuntimeError):  # no running loop: a later follow starts it
+            self._watch.start()
 
     async def run(self, op: Op[T]) -> T:
         """Run ``op`` on the client, its script calls through the channel when there is one."""
@@ -274,6 +292,8 @@ class AsyncConn(_Addressed):
             new_pool = pool.__class__(connection_class=pool.connection_class, **kwargs)
         # from_pool: the new client owns its pool and closes it with itself.
         made = redis.asyncio.Redis.from_pool(new_pool)
+        if isinstance(new_pool, redis.asyncio.sentinel.SentinelConnectionPool):
+            self._follow_failovers(new_pool)
         named = kwargs.get("client_name") and kwargs.get("redis_connect_func") is None
         if named and open_channel(made) is None:
             # No Channel will carry its commands (a Sentinel pool, RESP3...): redis-py's
@@ -286,8 +306,11 @@ class AsyncConn(_Addressed):
         """Close the channel, and the client if we opened it; forget both either way."""
         client, self._client = self._client, None
         channel, self._channel = self._channel, None
+        watch, self._watch = self._watch, None
         self._pipelined = False
         self.first_use = None
+        if watch is not None:
+            await watch.aclose()
         if channel is not None:
             await channel.aclose()
         if client is not None and self.owned:
