@@ -256,6 +256,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"every": 1, "template": {"opts": {"job_id": "x"}}}, "may not set job_id"),
     ({"every": 1, "template": {"nmae": "x"}}, "unknown template key"),
     ({"pattern": "* * * * *", "offset": 1}, "offset applies to every"),
+    ({"evry": 1}, "unknown scheduler field(s) ['evry']"),
 ]
 
 

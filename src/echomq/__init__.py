@@ -122,7 +122,7 @@ from .queue import (
     set_global_rate_limit,
     trim_events,
 )
-from .schedulers import JobScheduler, SchedulerTemplate
+from .schedulers import JobScheduler, Schedule, ScheduleDict, SchedulerTemplate
 from .worker import BackoffStrategy, Processor, Worker
 
 __version__ = "0.1.0"
@@ -199,6 +199,8 @@ __all__ = [
     "ReplicationError",
     "Resumed",
     "RetriesExhausted",
+    "Schedule",
+    "ScheduleDict",
     "SchedulerIterationExistsError",
     "SchedulerSlotsBusyError",
     "SchedulerTemplate",

@@ -37,9 +37,9 @@ from .ops import prometheus as prom
 from .ops import schedulers as sops
 from .ops import worker as wops
 from .ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
-from .options import UNSET, Duration, JobOptions, JobOptionsDict, Moment, _Unset, coerce_options
+from .options import UNSET, Duration, JobOptions, JobOptionsDict, _Unset, coerce_options
 from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
-from .schedulers import JobScheduler, SchedulerTemplate
+from .schedulers import JobScheduler, Schedule, ScheduleDict, SchedulerTemplate
 from .telemetry import JOB_ID, JOB_NAME, Telemetry
 
 T = TypeVar("T")
@@ -480,15 +480,8 @@ class Queue:
         self,
         scheduler_id: str,
         *,
-        every: Duration | None = None,
-        pattern: str | None = None,
-        tz: str | None = None,
-        start_date: Moment | None = None,
-        end_date: Moment | None = None,
-        limit: int | None = None,
-        immediately: bool = False,
-        offset: Duration | None = None,
         template: SchedulerTemplate | Mapping[str, Any] | None = None,
+        **schedule: Unpack[ScheduleDict],
     ) -> Job | None:
         """Create job scheduler ``scheduler_id``, or replace its definition and next iteration.
 
@@ -497,17 +490,12 @@ class Queue:
 
         Args:
             scheduler_id: the scheduler's id (any non-empty text).
-            every: run every this many seconds (or a timedelta); the first run is now.
-            pattern: a cron expression: 5 fields, or 6 with seconds first.
-            tz: the IANA time zone of ``pattern`` (default: the process's local zone).
-            start_date: no run before this time (datetime or epoch seconds).
-            end_date: no run after this time.
-            limit: at most this many iterations.
-            immediately: a cron scheduler's first run is now instead of its next cron time.
-            offset: an every-scheduler's phase within its interval (seconds).
             template: ``{"name", "data", "opts"}`` (or a SchedulerTemplate): each iteration's
                 job name (default: the id), payload and options (those of :meth:`add`, merged
                 over the queue's defaults; not ``job_id``, ``delay``, ``timestamp``, ``parent``).
+            **schedule: when it runs, the fields of :class:`~echomq.Schedule`: ``every``
+                (seconds) or ``pattern`` (cron), and ``tz``, ``start_date``, ``end_date``,
+                ``limit``, ``immediately``, ``offset``.
 
         Returns:
             The first iteration, or None when a cron scheduler has no run before ``end_date``.
@@ -516,21 +504,10 @@ class Queue:
             InvalidOptionError: a malformed or unsupported cron expression, an unknown time
                 zone, ``every`` not positive, both or neither of ``every`` and ``pattern``,
                 ``end_date`` not after ``start_date`` or not in the future, ``limit`` below 1,
-                or a bad template; nothing was written.
+                an unknown field, or a bad template; nothing was written.
         """
         op = sops.prepare_upsert(
-            self._keys,
-            self._defaults,
-            scheduler_id,
-            template,
-            every=every,
-            pattern=pattern,
-            tz=tz,
-            start_date=start_date,
-            end_date=end_date,
-            limit=limit,
-            immediately=immediately,
-            offset=offset,
+            self._keys, self._defaults, scheduler_id, template, Schedule.build(schedule)
         )
         if op is None:
             return None

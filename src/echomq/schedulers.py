@@ -17,7 +17,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict
 
 from . import _cron
 from .errors import InvalidOptionError
@@ -97,9 +97,75 @@ class SchedulerTemplate:
         return cls(name=value.get("name"), data={} if data is None else data, options=options)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """When a job scheduler makes its iterations: the one definition of the scheduler fields
+    (``Queue.upsert_job_scheduler`` takes them as keywords, :class:`ScheduleDict`).
+
+    Exactly one of ``every`` and ``pattern`` is given; the fields are checked when the scheduler
+    is upserted (:func:`build_spec`), before anything is written.
+
+    Args:
+        every: run every this many seconds (or a timedelta); the first run is now.
+        pattern: a cron expression: 5 fields, or 6 with seconds first.
+        tz: the IANA time zone of ``pattern`` (default: the process's local zone).
+        start_date: no run before this time (datetime or epoch seconds).
+        end_date: no run after this time.
+        limit: at most this many iterations.
+        immediately: a cron scheduler's first run is now instead of its next cron time.
+        offset: an every-scheduler's phase within its interval (seconds).
+    """
+
+    every: Duration | None = None
+    pattern: str | None = None
+    tz: str | None = None
+    start_date: Moment | None = None
+    end_date: Moment | None = None
+    limit: int | None = None
+    immediately: bool = False
+    offset: Duration | None = None
+
+    @classmethod
+    def build(cls, given: Mapping[str, Any]) -> Schedule:
+        """From keywords, naming unknown ones in the error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(given) - names
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown scheduler field(s) {sorted(unknown)}; allowed: {sorted(names)}"
+            )
+        return cls(**given)
+
+
+class ScheduleDict(TypedDict, total=False):
+    """The keyword form of :class:`Schedule` (``upsert_job_scheduler("id", every=60)``)."""
+
+    every: Duration | None
+    pattern: str | None
+    tz: str | None
+    start_date: Moment | None
+    end_date: Moment | None
+    limit: int | None
+    immediately: bool
+    offset: Duration | None
+
+
+#: The scheduler hash's (and an iteration's ``opts.repeat``) names of the stored fields, by
+#: :class:`SchedulerSpec` field (BullMQ's names; ``immediately`` is not stored).
+_WIRE = {
+    "every_ms": "every",
+    "pattern": "pattern",
+    "tz": "tz",
+    "start_ms": "startDate",
+    "end_ms": "endDate",
+    "limit": "limit",
+    "offset_ms": "offset",
+}
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SchedulerSpec:
-    """A checked scheduler definition in protocol units (milliseconds); internal."""
+    """A checked :class:`Schedule` in protocol units (milliseconds); internal."""
 
     scheduler_id: str
     every_ms: int | None
@@ -114,17 +180,12 @@ class SchedulerSpec:
     def repeat_options(self) -> dict[str, Any]:
         """The iteration's ``opts.repeat`` (without ``count``) as BullMQ stores it."""
         repeat: dict[str, Any] = {}
-        for key, value in (
-            ("every", self.every_ms),
-            ("pattern", self.pattern),
-            ("tz", self.tz),
-            ("startDate", self.start_ms),
-            ("endDate", self.end_ms),
-            ("limit", self.limit),
-            ("offset", self.offset_ms if self.every_ms is not None else None),
-        ):
+        for name, wire in _WIRE.items():
+            value = getattr(self, name)
+            if name == "offset_ms" and self.every_ms is None:
+                continue  # a cron scheduler's offset is its own (set by the upsert)
             if value is not None:
-                repeat[key] = value
+                repeat[wire] = value
         return repeat
 
 
@@ -136,22 +197,11 @@ def _check_tz(tz: str | None) -> None:
     _cron.validate_cron("* * * * *", tz)
 
 
-def build_spec(
-    scheduler_id: str,
-    *,
-    every: Duration | None,
-    pattern: str | None,
-    tz: str | None,
-    start_date: Moment | None,
-    end_date: Moment | None,
-    limit: int | None,
-    immediately: bool,
-    offset: Duration | None,
-    now_ms: int,
-) -> SchedulerSpec:
+def build_spec(scheduler_id: str, schedule: Schedule, now_ms: int) -> SchedulerSpec:
     """Check a scheduler definition; raise :class:`InvalidOptionError` naming the bad field."""
     if not isinstance(scheduler_id, str) or not scheduler_id:
         raise InvalidOptionError(f"scheduler id must be a non-empty str, got {scheduler_id!r}")
+    every, pattern, tz = schedule.every, schedule.pattern, schedule.tz
     if (every is None) == (pattern is None):
         raise InvalidOptionError(
             "give exactly one of every (an interval) and pattern (a cron expression)"
@@ -167,8 +217,9 @@ def build_spec(
             raise InvalidOptionError(f"pattern must be a cron expression str, got {pattern!r}")
         _cron.validate_cron(pattern, tz)
     _check_tz(tz)
-    start_ms = None if start_date is None else moment_to_ms(start_date, "start_date")
-    end_ms = None if end_date is None else moment_to_ms(end_date, "end_date")
+    start, end = schedule.start_date, schedule.end_date
+    start_ms = None if start is None else moment_to_ms(start, "start_date")
+    end_ms = None if end is None else moment_to_ms(end, "end_date")
     if end_ms is not None:
         if start_ms is not None and end_ms <= start_ms:
             raise InvalidOptionError(
@@ -176,17 +227,19 @@ def build_spec(
             )
         if end_ms <= now_ms:
             raise InvalidOptionError(f"end_date ({_iso(end_ms)}) is not in the future")
+    limit = schedule.limit
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidOptionError(f"limit must be an int >= 1, got {limit!r}")
+    immediately = schedule.immediately
     if not isinstance(immediately, bool):
         raise InvalidOptionError(f"immediately must be a bool, got {immediately!r}")
     if immediately and start_ms is not None:
         raise InvalidOptionError("immediately and start_date cannot be used together")
     offset_ms = None
-    if offset is not None:
+    if schedule.offset is not None:
         if every_ms is None:
             raise InvalidOptionError("offset applies to every-schedulers only")
-        offset_ms = round(to_seconds(offset, "offset") * 1000)
+        offset_ms = round(to_seconds(schedule.offset, "offset") * 1000)
     return SchedulerSpec(
         scheduler_id, every_ms, pattern, tz, start_ms, end_ms, limit, immediately, offset_ms
     )
@@ -256,8 +309,8 @@ class JobScheduler:
     @classmethod
     def from_hash(cls, scheduler_id: str, h: Mapping[str, str], score: str | None) -> JobScheduler:
         """Decode a scheduler hash (lenient: foreign writers may store anything)."""
-        every = _int(h.get("every"))
-        offset = _int(h.get("offset"))
+        every = _int(h.get(_WIRE["every_ms"]))
+        offset = _int(h.get(_WIRE["offset_ms"]))
         opts = fields.loads_or(h.get("opts"), {})
         data = fields.loads_or(h.get("data"), {})
         name = h.get("name") or scheduler_id
@@ -267,11 +320,11 @@ class JobScheduler:
             name=name,
             next_run=_moment(_int(score)),
             every=None if every is None else every / 1000,
-            pattern=h.get("pattern") or None,
-            tz=h.get("tz") or None,
-            start_date=_moment(_int(h.get("startDate"))),
-            end_date=_moment(_int(h.get("endDate"))),
-            limit=_int(h.get("limit")),
+            pattern=h.get(_WIRE["pattern"]) or None,
+            tz=h.get(_WIRE["tz"]) or None,
+            start_date=_moment(_int(h.get(_WIRE["start_ms"]))),
+            end_date=_moment(_int(h.get(_WIRE["end_ms"]))),
+            limit=_int(h.get(_WIRE["limit"])),
             offset=None if offset is None else offset / 1000,
             iteration_count=ic,
             template=SchedulerTemplate(name=name, data=data, options=_lenient_options(opts)),

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError
 from ..queue import Queue
-from ..schedulers import JobScheduler, SchedulerTemplate, build_spec
+from ..schedulers import JobScheduler, Schedule, SchedulerTemplate, build_spec
 from ._connect import check_names, resolve_url
 from ._errors import EXIT_FAILURE, EXIT_OK
 from ._format import dumps, table, when
@@ -140,31 +140,26 @@ def _template(args: argparse.Namespace) -> dict[str, Any]:
     return template
 
 
+def _given_schedule(args: argparse.Namespace) -> Schedule:
+    return Schedule(every=args.every, pattern=args.cron, tz=args.tz, limit=args.limit)
+
+
 def _check_add(args: argparse.Namespace) -> None:
     """The checks ``upsert_job_scheduler`` makes before it writes, made before anything starts."""
-    build_spec(
-        args.scheduler_id,
-        every=args.every,
-        pattern=args.cron,
-        tz=args.tz,
-        start_date=None,
-        end_date=None,
-        limit=args.limit,
-        immediately=False,
-        offset=None,
-        now_ms=0,  # used only to check an end date, which the CLI does not take
-    )
+    # now_ms only checks an end date, which the CLI does not take
+    build_spec(args.scheduler_id, _given_schedule(args), now_ms=0)
     SchedulerTemplate.coerce(_template(args))
 
 
 async def _add(q: Queue, args: argparse.Namespace) -> int:
+    schedule = _given_schedule(args)
     job = await q.upsert_job_scheduler(
         args.scheduler_id,
-        every=args.every,
-        pattern=args.cron,
-        tz=args.tz,
-        limit=args.limit,
         template=_template(args),
+        every=schedule.every,
+        pattern=schedule.pattern,
+        tz=schedule.tz,
+        limit=schedule.limit,
     )
     scheduler = await q.get_job_scheduler(args.scheduler_id)
     if args.json:

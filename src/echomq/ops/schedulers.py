@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _cron, scripts
-from ..options import Duration, JobOptions, Moment
+from ..options import JobOptions
 from ..protocol import fields
 from ..protocol.keys import QueueKeys
 from ..schedulers import (
     JobScheduler,
+    Schedule,
     SchedulerSpec,
     SchedulerTemplate,
     build_spec,
@@ -112,31 +113,12 @@ def prepare_upsert(
     defaults: JobOptions,
     scheduler_id: str,
     template: SchedulerTemplate | Mapping[str, Any] | None,
-    *,
-    every: Duration | None,
-    pattern: str | None,
-    tz: str | None,
-    start_date: Moment | None,
-    end_date: Moment | None,
-    limit: int | None,
-    immediately: bool,
-    offset: Duration | None,
+    schedule: Schedule,
 ) -> ScriptOp[Upserted] | None:
     """Check an upsert's arguments and build its call (None: nothing to write, see
     :func:`upsert_job_scheduler`). Raises :class:`~echomq.InvalidOptionError` first."""
     now = now_ms()
-    spec = build_spec(
-        scheduler_id,
-        every=every,
-        pattern=pattern,
-        tz=tz,
-        start_date=start_date,
-        end_date=end_date,
-        limit=limit,
-        immediately=immediately,
-        offset=offset,
-        now_ms=now,
-    )
+    spec = build_spec(scheduler_id, schedule, now)
     return upsert_job_scheduler(keys, spec, SchedulerTemplate.coerce(template), defaults, now)
 
 
