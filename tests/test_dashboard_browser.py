@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import linecache
 import os
 import re
 import shutil
@@ -247,6 +248,39 @@ async def csrf_cookie(page: Page) -> str:
 
 # -- 1 (and 6): the failed job, retried from its page, completed by a worker; screenshots --
 
+#: The processor of the screenshots, as a user's module at a neutral path (``/app/shop.py``):
+#: the stored tracebacks the pages show name it, not the checkout the screenshots were taken in.
+SHOP_PATH = "/app/shop.py"
+SHOP_SOURCE = """\
+seen = set()
+
+
+async def process(job):
+    if job.name == "charge-card":
+        if job.id not in seen:  # declined once, accepted when retried
+            seen.add(job.id)
+            await job.log("charging card ending 4242")
+            await job.update_progress(40)
+            raise RuntimeError(f"card declined (order {job.data['order']})")
+        return {"charged": job.data["amount"], "currency": "EUR", "receipt": "R-2207"}
+    if job.name == "sync-inventory":
+        await job.update_progress(70)
+        raise ConnectionError("warehouse API timed out after 30 s")
+    await job.update_progress(100)
+    return {"sent": True, "order": job.data["order"]}
+"""
+
+
+def _shop_processor() -> Callable[[Job], Awaitable[Any]]:
+    """``process`` of SHOP_SOURCE, compiled as /app/shop.py (its lines given to linecache so
+    tracebacks show them)."""
+    lines = SHOP_SOURCE.splitlines(keepends=True)
+    linecache.cache[SHOP_PATH] = (len(SHOP_SOURCE), None, lines, SHOP_PATH)
+    namespace: dict[str, Any] = {}
+    exec(compile(SHOP_SOURCE, SHOP_PATH, "exec"), namespace)
+    process: Callable[[Job], Awaitable[Any]] = namespace["process"]
+    return process
+
 
 async def test_retry_a_failed_job_from_its_page(
     redis: Redis, queue_name: str, dashboard: str, browsing: Browsing, tmp_path: Path
@@ -254,21 +288,7 @@ async def test_retry_a_failed_job_from_its_page(
     update = os.environ.get("ECHOMQ_UPDATE_SCREENSHOTS") == "1"
     images = DOC_IMAGES if update else tmp_path
     name = f"orders-{queue_name[-4:]}"  # unique, and reads well in the screenshots
-    seen: set[str] = set()
-
-    async def process(job: Job) -> Any:
-        if job.name == "charge-card":
-            if job.id not in seen:  # declined once, accepted when retried
-                seen.add(job.id)
-                await job.log("charging card ending 4242")
-                await job.update_progress(40)
-                raise RuntimeError(f"card declined (order {job.data['order']})")
-            return {"charged": job.data["amount"], "currency": "EUR", "receipt": "R-2207"}
-        if job.name == "sync-inventory":
-            await job.update_progress(70)
-            raise ConnectionError("warehouse API timed out after 30 s")
-        await job.update_progress(100)
-        return {"sent": True, "order": job.data["order"]}
+    process = _shop_processor()
 
     async with Queue(name, connection=redis) as queue:
         for i in range(8):
@@ -316,6 +336,8 @@ async def test_retry_a_failed_job_from_its_page(
         trace = page.locator("pre.trace").first
         await expect(trace).to_contain_text("Traceback")
         await expect(trace).to_contain_text("in process")
+        await expect(trace).to_contain_text(f'File "{SHOP_PATH}"')
+        await expect(trace).not_to_contain_text(str(REPO))  # the checkout is not shown
         await expect(trace).to_contain_text("RuntimeError: card declined")
         await expect(page.locator("#logs")).to_have_text("charging card ending 4242")
         await page.screenshot(path=str(images / "dashboard-job.png"), full_page=True)

@@ -8,6 +8,11 @@
 // Flows: `enqueue --mode flow --n TREES --children C --batch B` (FlowProducer.addBulk, B trees
 // per call) and `worker --flow`, with the same job names, data and return value as
 // bench/peers/echomq_peer.py (see bench/peers/_common.py).
+// Failing jobs (bench/failing_jobs.py): `enqueue --mode bulk --attempts A` (no backoff) and `worker
+// --fail-once`, whose processor throws on a job's first attempt, as the Python adapter's raises.
+// Many producers (bench/producers.py): `enqueue --mode concurrent --producers P [--auto-pipelining 1]`,
+// --n adds shared by P concurrent async producers on one Queue, whose ioredis client has
+// enableAutoPipelining when asked; the result carries cpu_s, the process CPU of the timed part.
 // Idle: `idle --concurrency C --previous-ms P --samples N [--delay-ms D] [--idle-gap S]`, one
 // cell of bench/idle_latency.py, the same steps as _common.py's run_idle_async.
 import { readFileSync } from 'node:fs';
@@ -25,12 +30,12 @@ function parseArgs(argv) {
   const opts = {
     role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
     batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
-    children: 10, flow: false, every: 1.0, duration: 30, warmup: 2,
+    children: 10, flow: false, attempts: 1, 'fail-once': false, every: 1.0, duration: 30, warmup: 2,
     samples: 5, 'previous-ms': 0, 'delay-ms': 0, 'idle-gap': 0.5,
   };
   for (let k = 1; k < argv.length; k++) {
     const key = argv[k].replace(/^--/, '');
-    if (key === 'latency' || key === 'uvloop' || key === 'flow') { opts[key] = true; continue; }
+    if (['latency', 'uvloop', 'flow', 'fail-once'].includes(key)) { opts[key] = true; continue; }
     const value = argv[++k];
     opts[key] = typeof opts[key] === 'number' ? Number(value) : value;
   }
@@ -80,8 +85,34 @@ async function enqueueFlows(o) {
   emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9, cpu_s: (cpu.user + cpu.system) / 1e6 } });
 }
 
+// --n adds split over --producers concurrent producers on one Queue (bench/producers.py).
+async function enqueueConcurrent(o) {
+  const u = new URL(o.url);
+  const conn = new IORedis({
+    host: u.hostname, port: Number(u.port || 6379), db: Number((u.pathname || '/0').slice(1) || 0),
+    maxRetriesPerRequest: null, enableAutoPipelining: String(o['auto-pipelining'] || '0') === '1',
+  });
+  const queue = new Queue(o.queue, { connection: conn });
+  await queue.waitUntilReady();
+  await queue.add(JOB_NAME, { i: -1 }); // loads the scripts outside the timing
+  await conn.flushdb(); // drop the warm-up job (this Redis is private to the benchmark)
+  let next = 0;
+  const producer = async () => {
+    while (next < o.n) await queue.add(JOB_NAME, { i: next++ });
+  };
+  const cpu0 = process.cpuUsage();
+  const t0 = nowNs();
+  await Promise.all(Array.from({ length: Number(o.producers || 1) }, producer));
+  const t1 = nowNs();
+  const cpu = process.cpuUsage(cpu0);
+  await queue.close();
+  await conn.quit();
+  emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9, cpu_s: (cpu.user + cpu.system) / 1e6 } });
+}
+
 async function enqueue(o) {
   if (o.mode === 'flow') return enqueueFlows(o);
+  if (o.mode === 'concurrent') return enqueueConcurrent(o);
   const queue = new Queue(o.queue, { connection: connection(o.url) });
   await queue.waitUntilReady();
   await queue.getJobCounts(); // loads the scripts outside the timing
@@ -91,7 +122,9 @@ async function enqueue(o) {
   } else {
     for (let s = 0; s < o.n; s += o.batch) {
       const jobs = [];
-      for (let i = s; i < Math.min(o.n, s + o.batch); i++) jobs.push({ name: JOB_NAME, data: { i } });
+      for (let i = s; i < Math.min(o.n, s + o.batch); i++) {
+        jobs.push(o.attempts > 1 ? { name: JOB_NAME, data: { i }, opts: { attempts: o.attempts } } : { name: JOB_NAME, data: { i } });
+      }
       await queue.addBulk(jobs);
     }
   }
@@ -107,6 +140,7 @@ async function worker(o) {
   const duplicates = [];
   let first = null;
   let last = null;
+  const failed = new Map(); // i -> failed attempts (--fail-once)
   let finish;
   const done = new Promise((resolve) => { finish = resolve; });
   process.stdin.on('end', () => finish()).resume();
@@ -114,6 +148,11 @@ async function worker(o) {
   const w = new Worker(o.queue, async (job) => {
     const t = nowNs();
     const i = job.data.i;
+    if (o['fail-once'] && job.attemptsMade === 0) {
+      failed.set(i, (failed.get(i) || 0) + 1);
+      if (first === null || t < first) first = t;
+      throw new Error('failing the first attempt on purpose');
+    }
     executions++;
     if (starts.has(i)) duplicates.push(i); else starts.set(i, t);
     if (first === null || t < first) first = t;
@@ -149,6 +188,10 @@ async function worker(o) {
     ready_ns: ready, first_ns: first, last_ns: last, stop_ns: stop,
     cpu_s: (cpu.user + cpu.system) / 1e6,
   };
+  if (failed.size) {
+    result.failed_attempts = [...failed.values()].reduce((a, b) => a + b, 0);
+    result.failed_distinct = failed.size;
+  }
   const byI = (m) => Object.fromEntries([...m].map(([k, v]) => [String(k), v]));
   if (o.latency || o.flow) result.starts = byI(starts);
   if (o.flow) result.ends = byI(ends);

@@ -20,6 +20,17 @@ and C children named ``child`` (all in ``--queue``), B trees per bulk flow call;
 that each parent started after all its children had returned. The flow enqueue result also
 carries ``cpu_s``, the producer's CPU over the timed part.
 
+Failing jobs (bench/failing_jobs.py): ``enqueue --mode bulk --attempts A`` gives every job A
+attempts (no backoff), and ``worker --fail-once`` fails each job's first attempt (its processor
+raises) and completes the second; the tracker counts the failed attempts apart
+(``failed_attempts``, ``failed_distinct``), so ``first_ns`` is the first attempt of any kind and
+the drain still ends when every ``i`` completed once.
+
+Many producers (bench/producers.py): ``enqueue --mode concurrent --producers P`` makes the
+``--n`` adds from P concurrent producers (coroutines) sharing one ``Queue``, or with ``--api
+module`` (echomq) the module-level ``add`` on one shared client; the result carries
+``cpu_s``, the producer process's CPU over the timed part.
+
 ``idle`` (bench/idle_latency.py) runs a worker at ``--concurrency`` and its producer in one
 process (one clock) and prints only ``{"result": {...}}``. Every job's data is ``{"i": I, "ms":
 M}`` and its processor sleeps M ms. After one unmeasured warm-up job it takes ``--samples``
@@ -66,10 +77,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--queue", default="bench")
     p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--mode", choices=["seq", "bulk", "flow"], default="seq")
+    p.add_argument("--mode", choices=["seq", "bulk", "flow", "concurrent"], default="seq")
     p.add_argument("--batch", type=int, default=1000, help="jobs (flow: trees) per bulk call")
     p.add_argument("--children", type=int, default=10, help="flow: children per parent")
     p.add_argument("--flow", action="store_true", help="worker: drain flows (return 1, ends)")
+    p.add_argument("--attempts", type=int, default=1, help="enqueue: attempts per job (1)")
+    p.add_argument("--fail-once", action="store_true", help="worker: fail each job's first attempt")
+    # enqueue --mode concurrent (bench/producers.py): --n adds over --producers coroutines
+    p.add_argument("--producers", type=int, default=1, help="concurrent: producers (1)")
+    p.add_argument("--api", choices=["queue", "module"], default="queue", help="concurrent")
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300.0, help="worker gives up after this")
     p.add_argument("--budget", type=float, default=60.0, help="latency: max seconds of sampling")
@@ -145,6 +161,7 @@ class Tracker:
         self.ends: dict[int, int] = {}
         self.executions = 0
         self.duplicates: list[int] = []
+        self.failed: dict[int, int] = {}  # i -> failed attempts (worker --fail-once)
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self._lock = threading.Lock()
@@ -167,6 +184,14 @@ class Tracker:
                 self._fired = fire = True
         if fire and self.on_complete is not None:
             self.on_complete()
+
+    def record_failure(self, i: int) -> None:
+        """Note an attempt of ``i`` that is about to fail on purpose (``--fail-once``)."""
+        t = now_ns()
+        with self._lock:
+            self.failed[i] = self.failed.get(i, 0) + 1
+            if self.first_ns is None or t < self.first_ns:
+                self.first_ns = t
 
     def record_end(self, i: int) -> None:
         """Note when the processor of ``i`` returned (flows: a parent must start later)."""
@@ -194,6 +219,9 @@ class Tracker:
             "stop_ns": stop_ns,
             "cpu_s": cpu_s,
         }
+        if self.failed:
+            out["failed_attempts"] = sum(self.failed.values())
+            out["failed_distinct"] = len(self.failed)
         if with_starts:
             out["starts"] = {str(k): v for k, v in self.starts.items()}
         if self.ends:

@@ -6,7 +6,8 @@ Use of the public API only: ``Queue.add`` / ``Queue.add_bulk`` of one ``echomq.Q
 ``echomq.QueueEvents``; flows through ``echomq.FlowProducer.add_bulk`` (one transaction per
 batch of trees, as Node's ``FlowProducer.addBulk``).
 The ``idle`` role (bench/idle_latency.py) runs ``Worker`` and ``Queue.add`` in one process.
-``--uvloop`` runs the same code on uvloop's event loop.
+``--uvloop`` runs the same code on uvloop's event loop. With ``--fail-once`` (bench/failing_jobs.py)
+the processor raises on a job's first attempt, as the Node adapter's throws.
 """
 
 from __future__ import annotations
@@ -43,9 +44,43 @@ async def enqueue_flows(args) -> None:
     c.emit_result(c.timed_enqueue_result(args.n, t0, t1) | {"cpu_s": cpu1 - cpu0})
 
 
+async def enqueue_concurrent(args) -> None:
+    """``--n`` adds from ``--producers`` coroutines on one ``Queue`` (``--api queue``) or
+    through the module-level ``echomq.add`` with one shared client (``--api module``)."""
+    conn = aioredis.Redis.from_url(args.url)
+    await conn.ping()
+    queue = echomq.Queue(args.queue, connection=conn)
+    if args.api == "queue":
+
+        async def add(i: int) -> None:
+            await queue.add(c.JOB_NAME, {"i": i})
+    else:
+
+        async def add(i: int) -> None:
+            await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
+
+    await add(-1)  # load scripts, open connections
+    await conn.flushdb()  # drop the warm-up job (this Redis is private to the benchmark)
+    todo = iter(range(args.n))
+
+    async def producer() -> None:
+        for i in todo:
+            await add(i)
+
+    cpu0, t0 = c.cpu_seconds(), c.now_ns()
+    await asyncio.gather(*(producer() for _ in range(args.producers)))
+    t1, cpu1 = c.now_ns(), c.cpu_seconds()
+    await queue.aclose()
+    await conn.aclose()
+    c.emit_result(c.timed_enqueue_result(args.n, t0, t1) | {"cpu_s": cpu1 - cpu0})
+
+
 async def enqueue(args) -> None:
     if args.mode == "flow":
         await enqueue_flows(args)
+        return
+    if args.mode == "concurrent":
+        await enqueue_concurrent(args)
         return
     conn = aioredis.Redis.from_url(args.url)
     await conn.ping()
@@ -57,8 +92,12 @@ async def enqueue(args) -> None:
         for i in range(args.n):
             await queue.add(c.JOB_NAME, {"i": i})
     else:
+        options = {"attempts": args.attempts}
         for chunk in c.chunks(args.n, args.batch):
-            await queue.add_bulk([(c.JOB_NAME, {"i": i}) for i in chunk])
+            if args.attempts > 1:
+                await queue.add_bulk([(c.JOB_NAME, {"i": i}, options) for i in chunk])
+            else:
+                await queue.add_bulk([(c.JOB_NAME, {"i": i}) for i in chunk])
     t1 = c.now_ns()
     await queue.aclose()
     await conn.aclose()
@@ -78,7 +117,14 @@ async def worker(args) -> None:
         tracker.record_end(job.data["i"])
         return 1
 
-    processor = process_flow if args.flow else process
+    async def process_fail_once(job):
+        if job.attempts_made == 0:
+            tracker.record_failure(job.data["i"])
+            raise RuntimeError("failing the first attempt on purpose")
+        tracker.record(job.data["i"])
+        return None
+
+    processor = process_flow if args.flow else process_fail_once if args.fail_once else process
     w = echomq.Worker(args.queue, processor, connection=args.url, concurrency=args.concurrency)
     holder = {}
 

@@ -3,9 +3,11 @@
 The library logs one INFO line per job transition on ``echomq.worker``; the CLI sends every
 record at or above the chosen level to stderr, one line each: text, or with ``json`` one JSON
 object per line (``time``, ``level``, ``logger``, ``message``, the record's ``extra`` facts, and
-``exc_info`` with the traceback when there is one). A record that a handler of its own logger
-already printed (Django's ``console`` handler on ``django`` under ``DEBUG = True``, say) is not
-printed again.
+``exc_info`` with the traceback when there is one). A traceback is the record's ``exc_text``
+when it has one (the worker's line for a failed job brings the text it stored with the job),
+else formatted once from ``exc_info``. A record that a handler of its own logger already
+printed (Django's ``console`` handler on ``django`` under ``DEBUG = True``, say) is not printed
+again.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in out:
                 out[key] = value
-        if record.exc_info:
-            out["exc_info"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)  # cached, as Formatter does
+        if record.exc_text:  # set already by the worker for a failed job: formatted once
+            out["exc_info"] = record.exc_text
         return json.dumps(out, default=str)
 
 

@@ -13,8 +13,8 @@ import dataclasses
 import functools
 import inspect
 import logging
+import sys
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -47,6 +47,7 @@ from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
 from ._cancel import absorb_cancel
 from ._pool import ProcessPool
 from ._timeouts import in_thread_within, timeout_of, within
+from ._tracebacks import format_failure, stacktrace_limit
 
 logger = logging.getLogger("echomq.worker")
 
@@ -119,6 +120,8 @@ class Outcome:
     detail: str = ""
     #: what the attempt failed with (failures, retries and cancels)
     error: BaseException | None = None
+    #: the error's traceback as the job's ``stacktrace`` keeps it (None: not formatted)
+    trace: str | None = None
 
 
 class JobRunner:
@@ -186,26 +189,30 @@ class JobRunner:
         default = self._options.remove_on_complete if completed else self._options.remove_on_fail
         return keep_jobs_to_wire(default)
 
-    def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, list[str]]:
+    def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, str | None, list[str]]:
+        """The failed reason, the traceback (None with ``stackTraceLimit`` 0: not even
+        formatted) and the hash fields that record ``error``."""
         reason = str(error) or type(error).__name__
-        # an error raised again from a pool child keeps the child's traceback
-        stack = getattr(error, "remote_traceback", None) or "".join(
-            traceback.format_exception(type(error), error, error.__traceback__)
-        )
-        stacktrace = [*job.stacktrace, stack.rstrip("\n")]
-        limit = job.wire_options.get("stackTraceLimit")
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
-            stacktrace = stacktrace[-limit:] if limit else []
+        limit = stacktrace_limit(job.wire_options)
+        trace = None
+        if limit == 0:
+            stacktrace: list[str] = []
+        else:
+            # an error raised again from a pool child keeps the child's traceback
+            trace = getattr(error, "remote_traceback", None) or format_failure(error)
+            earlier = job.stacktrace
+            if limit is not None:
+                earlier = earlier[max(0, len(earlier) - limit + 1) :]
+            stacktrace = [*earlier, trace]
         job.stacktrace = stacktrace
-        return reason, [
-            fields.FAILED_REASON,
+        return (
             reason,
-            fields.STACKTRACE,
-            fields.dumps(stacktrace),
-        ]
+            trace,
+            [fields.FAILED_REASON, reason, fields.STACKTRACE, fields.dumps(stacktrace)],
+        )
 
     def _fail(self, job: Job, token: str, error: BaseException) -> Outcome:
-        reason, update = self._failure_fields(job, error)
+        reason, trace, update = self._failure_fields(job, error)
         item = wops.finish_item(
             wops.FAIL,
             job.id,
@@ -215,7 +222,7 @@ class JobRunner:
             keep=self._keep(job, completed=False),
             fields=update,
         )
-        return Outcome(item, "failed", reason, error)
+        return Outcome(item, "failed", reason, error, trace)
 
     async def _traced_run(self, job: Job, token: str) -> Outcome:
         """:meth:`_run` inside a ``process <queue>`` span (see :mod:`echomq.telemetry`)."""
@@ -328,51 +335,74 @@ class JobRunner:
         if isinstance(error, UnrecoverableError) or attempts_made >= job.attempts:
             return self._fail(job, token, error)
         try:
-            delay = await retry_delay_ms(job, error, attempts_made, self._backoff)
+            if job.wire_options.get("backoff") is None:
+                delay = 0  # what retry_delay_ms says, without awaiting it
+            else:
+                delay = await retry_delay_ms(job, error, attempts_made, self._backoff)
         except EchoMQError as exc:
             logger.error("%s", exc)
             return self._fail(job, token, error)
         if delay == NO_RETRY:
             return self._fail(job, token, error)
-        reason, update = self._failure_fields(job, error)
+        reason, trace, update = self._failure_fields(job, error)
         if delay > 0:
             item = wops.finish_item(wops.DELAY, job.id, token, fields=update, delay_ms=delay)
-            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)", error)
+            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)", error, trace)
         lifo = job.wire_options.get("lifo") is True
         item = wops.finish_item(wops.RETRY, job.id, token, fields=update, flag=lifo)
-        return Outcome(item, "retry", reason, error)
+        return Outcome(item, "retry", reason, error, trace)
 
 
-#: Statuses of a failed attempt: logged at WARNING with the error's traceback.
+#: Statuses of a failed attempt: logged at WARNING (the final failure with its traceback).
 FAILED_STATUSES = frozenset({"failed", "retry", "retry-delayed"})
+_LINE = "queue=%s job=%s name=%s attempt=%d %s in %.3fs%s"
 
 
 def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
-    """One line per job transition, with the same facts in ``extra``: INFO, or WARNING with
-    the traceback for a failed attempt (final or retried)."""
+    """One line per job transition, with the same facts in ``extra``: INFO, or WARNING for a
+    failed attempt. Only the final failure carries a traceback, the text the job's
+    ``stacktrace`` keeps (set as the record's ``exc_text``, so handlers do not format it again);
+    a retried attempt is the one line, its reason at the end."""
     failed = outcome.status in FAILED_STATUSES
     level = logging.WARNING if failed else logging.INFO
     if not logger.isEnabledFor(level):
         return
     duration = time.monotonic() - started
-    error = outcome.error if failed else None
-    logger.log(
-        level,
-        "queue=%s job=%s name=%s attempt=%d %s in %.3fs%s",
+    attempt = job.attempts_made + 1
+    args = (
         queue,
         job.id,
         job.name,
-        job.attempts_made + 1,
+        attempt,
         outcome.status,
         duration,
         f": {outcome.detail}" if outcome.detail else "",
-        exc_info=(type(error), error, error.__traceback__) if error is not None else None,
-        extra={
-            "queue": queue,
-            "job_id": job.id,
-            "job_name": job.name,
-            "attempt": job.attempts_made + 1,
-            "status": outcome.status,
-            "duration": duration,
-        },
     )
+    extra = {
+        "queue": queue,
+        "job_id": job.id,
+        "job_name": job.name,
+        "attempt": attempt,
+        "status": outcome.status,
+        "duration": duration,
+    }
+    error = outcome.error
+    exc_info = None
+    if outcome.status == "failed" and outcome.trace is not None and error is not None:
+        exc_info = (type(error), error, error.__traceback__)
+    # The record Logger.log would make, without its walk up the stack for the caller: here.
+    here = sys._getframe()
+    record = logger.makeRecord(
+        logger.name,
+        level,
+        here.f_code.co_filename,
+        here.f_lineno,
+        _LINE,
+        args,
+        exc_info,
+        "log_outcome",
+        extra,
+    )
+    if exc_info is not None:
+        record.exc_text = outcome.trace
+    logger.handle(record)

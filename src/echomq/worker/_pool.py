@@ -44,7 +44,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -66,6 +65,7 @@ from ..job import Job
 from ..protocol import fields
 from ..protocol.keys import queue_keys
 from ..sync import Job as SyncJob
+from ._tracebacks import format_failure, stacktrace_limit
 
 logger = logging.getLogger("echomq.worker")
 
@@ -221,7 +221,9 @@ def _call(conn: Connection, name: str, arg: Any) -> Any:
     return reply.get("reply")
 
 
-def _error_message(exc: BaseException) -> dict[str, Any]:
+def _error_message(exc: BaseException, traced: bool = True) -> dict[str, Any]:
+    """What the parent needs to fail the attempt; ``traced``: with the traceback (not for a job
+    whose ``stackTraceLimit`` is 0)."""
     kind = None
     if isinstance(exc, UnrecoverableError):
         kind = "unrecoverable"
@@ -230,7 +232,7 @@ def _error_message(exc: BaseException) -> dict[str, Any]:
     return {
         "message": str(exc) or type(exc).__name__,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "traceback": format_failure(exc) if traced else "",
         "kind": kind,
     }
 
@@ -258,12 +260,13 @@ def child_main(path: str, conn: Connection, sys_path: list[str]) -> None:
         try:
             value = processor(job)
         except BaseException as exc:
-            _send(conn, {"error": _error_message(exc)})
+            _send(conn, {"error": _error_message(exc, stacktrace_limit(job.wire_options) != 0)})
             continue
         try:
             text = fields.dumps({"result": value}, "return value")
         except PayloadError as exc:
-            _send(conn, {"error": {**_error_message(exc), "kind": "unrecoverable"}})
+            traced = stacktrace_limit(job.wire_options) != 0
+            _send(conn, {"error": {**_error_message(exc, traced), "kind": "unrecoverable"}})
             continue
         conn.send_bytes(text.encode())
 
