@@ -23,8 +23,8 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Job, Worker
+from echomq._tracebacks import format_failure
 from echomq.cli import main
-from echomq.worker._tracebacks import format_failure
 from helpers import queue_key, wait_for
 from procs import pool as procs
 

@@ -4,6 +4,7 @@ stalled-check timer, and the recipe of docs/workers.md#manual-processing run as 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -77,6 +78,34 @@ async def test_move_to_failed_retries_per_attempts_then_fails(
         h = await redis.hgetall(f"bull:{queue_name}:{added.id}")
         assert h[b"failedReason"] == b"try c" and h[b"atm"] == b"3"
         assert b"ValueError" in h[b"stacktrace"]
+    finally:
+        await worker.close()
+
+
+async def test_move_to_failed_stores_the_trace_as_a_worker_does(
+    redis: Redis, queue_name: str
+) -> None:
+    """A job failed by hand keeps the traceback format of a worker's failures: from where it
+    was raised, no caret lines; with stacktrace_limit 0, none."""
+    kept = await echomq.add(queue_name, "kept", {}, connection=redis)
+    bare = await echomq.add(queue_name, "bare", {}, connection=redis, stacktrace_limit=0)
+    worker = Worker(queue_name, None, connection=redis, drain_delay=0.2)
+
+    def charge() -> None:
+        raise ValueError("card declined")
+
+    try:
+        for added, token in ((kept, "k"), (bare, "b")):
+            job = await worker.get_next_job(token)
+            assert job is not None and job.id == added.id
+            try:
+                charge()
+            except ValueError as exc:
+                assert await job.move_to_failed(exc, token) == "failed"
+        traces = json.loads(await redis.hget(f"bull:{queue_name}:{kept.id}", "stacktrace"))
+        assert len(traces) == 1 and "in charge" in traces[0] and "^^" not in traces[0]
+        assert traces[0].endswith("ValueError: card declined")
+        assert await redis.hget(f"bull:{queue_name}:{bare.id}", "stacktrace") == b"[]"
     finally:
         await worker.close()
 

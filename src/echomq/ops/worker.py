@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import random
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import scripts
+from .._tracebacks import format_failure
 from ..options import backoff_from_wire, keep_jobs_to_wire, retention_from_wire
 from ..protocol import codes, fields
 from ..protocol.keys import QueueKeys
@@ -284,10 +284,11 @@ def failure_update(
         limit: the job's ``stackTraceLimit`` option (None when unset).
     """
     reason = str(error) or type(error).__name__
-    stack = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    traces = [*stacktrace, stack.rstrip("\n")]
     if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
-        traces = traces[-limit:] if limit else []
+        # the limit holds while extracting: with 0 nothing is formatted at all
+        traces = [*stacktrace, format_failure(error)][-limit:] if limit else []
+    else:
+        traces = [*stacktrace, format_failure(error)]
     update = [fields.FAILED_REASON, reason, fields.STACKTRACE, fields.dumps(traces)]
     return reason, traces, update
 

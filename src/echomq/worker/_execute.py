@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from .. import ops
 from .._job import Runner
+from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
     DelayedError,
     EchoMQError,
@@ -47,7 +48,6 @@ from ._backoff import NO_RETRY, BackoffStrategy, retry_delay_ms
 from ._cancel import absorb_cancel
 from ._pool import ProcessPool
 from ._timeouts import in_thread_within, timeout_of, within
-from ._tracebacks import format_failure, stacktrace_limit
 
 logger = logging.getLogger("echomq.worker")
 

@@ -52,6 +52,7 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
     EchoMQError,
     InvalidOptionError,
@@ -65,7 +66,6 @@ from ..job import Job
 from ..protocol import fields
 from ..protocol.keys import queue_keys
 from ..sync import Job as SyncJob
-from ._tracebacks import format_failure, stacktrace_limit
 
 logger = logging.getLogger("echomq.worker")
 

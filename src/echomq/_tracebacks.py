@@ -49,7 +49,7 @@ def _package_dir(module_file: str | None) -> str:
 
 #: Where the frames calling the user's processor come from (directories end with a separator).
 _MACHINERY = (
-    _package_dir(os.path.dirname(os.path.abspath(__file__))),  # echomq/, the parent of worker/
+    _package_dir(__file__),  # echomq/
     _package_dir(asyncio.__file__),
     _package_dir(concurrent.futures.__file__),
     os.path.abspath(threading.__file__),
