@@ -6,6 +6,7 @@ Modules:
     proc      the echomq processor the CLI workers run (``faultkit.proc:process``).
     node_worker.mjs   a BullMQ worker running the same processor, for the Node baseline.
     servers   redis-server processes started per scenario (AOF, maxmemory, ...), with faults.
+    managed   restrictions of managed Redis services: commands renamed away, an ACL user.
     workers   a group of worker processes (echomq CLI or Node) that can be killed and restarted.
     producer  adds jobs with custom ids and records every acknowledged add.
     proxy     a TCP proxy that understands RESP, to swallow replies and cut connections.

@@ -34,7 +34,8 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .audit import Audit, audit, finished, finished_at
-from .ledger import Ledger
+from .ledger import START, Ledger
+from .managed import Restriction
 from .producer import Producer
 from .proxy import FaultProxy
 from .results import Row
@@ -46,6 +47,8 @@ from .workers import WorkerConfig, WorkerGroup, WorkerProc
 COMPLETED = ("completed",)
 #: Seconds all the waits of one run may take together (a healthy run needs a fraction).
 RUN_BUDGET = pick(45.0, 240.0)
+#: Error lines a worker may log before its first job until it counts as unable to start.
+ERRORS_AT_START = 20
 #: What polling the server under test may meet while a fault is on.
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, ResponseError)
 
@@ -66,11 +69,13 @@ class Run:
         directory: Path,
         worker_config: dict[str, Any],
         nodeid: str,
+        managed: Restriction | None = None,
     ) -> None:
         self.scenario = scenario
         self.impl = impl
         self._server = server
         self.proxy = proxy
+        self.managed = managed
         self.queue = f"faults-{uuid.uuid4().hex[:8]}"
         if isinstance(server, Replicated) and server.kind == "cluster":
             self.queue = f"{{{self.queue}}}"  # all of the queue's keys in one slot
@@ -79,14 +84,23 @@ class Run:
         url = proxy.url if via_proxy and proxy is not None else server.url
         if isinstance(server, Replicated):
             worker_config["node_options"] = server.node_options()
+        client_url = server.url
+        if managed is not None:  # everyone under test is restricted; the test's own look is not
+            url, client_url = managed.client_url(url), managed.client_url(server.url)
         config = WorkerConfig(impl=impl, queue=self.queue, url=url, **worker_config)
         self.workers = WorkerGroup(config, self.ledger.path, directory)
-        self.producer = Producer(server.url, self.queue)
-        self.r = redis.asyncio.Redis.from_url(self._direct_url(), client_name="faults-tester")
+        named = managed is None or managed.names_visible
+        self.producer = Producer(
+            client_url, self.queue, client_name="faults-producer" if named else None
+        )
+        self.r = redis.asyncio.Redis.from_url(
+            self._direct_url(), client_name="faults-tester" if named else None
+        )
         self.row = Row(scenario, impl, nodeid)
         self.problems: list[str] = []
         self.marks: dict[str, float] = {}  # scenario-specific numbers
         self.audit: Audit | None = None
+        self.abandoned = False  # see abandon()
         self._allowed: Counter[str] = Counter()
         self._t0 = time.monotonic()
         # Every wait of the run shares this budget, so a run where nothing works fails in
@@ -109,6 +123,8 @@ class Run:
         """A plain URL of the node that holds the queue's keys now (the primary)."""
         if isinstance(self._server, Replicated):
             return self._server.primary_url(self.queue)
+        if self.managed is not None:
+            return self.managed.admin_url(self._server.url)
         return self._server.url
 
     async def follow_primary(self) -> None:
@@ -121,8 +137,13 @@ class Run:
     # -- workers ---------------------------------------------------------------------------
 
     async def start_workers(self, n: int, **overrides: Any) -> list[WorkerProc]:
-        """Start ``n`` workers and wait until each has connected."""
+        """Start ``n`` workers and wait until each has connected (on a server where no
+        connection can be named, until each has started a job: jobs must be waiting)."""
         procs = [self.workers.start(**overrides) for _ in range(n)]
+        if self.managed is not None and not self.managed.names_visible:
+            if (failure := await self.wait_first_jobs(procs)) is not None:
+                raise AssertionError(f"a worker cannot start: {failure}")
+            return procs
         clients = [self.r]
         if isinstance(self._server, Replicated) and self._server.kind == "cluster":
             # BullMQ names its blocking connection on whichever node ioredis picks
@@ -134,6 +155,29 @@ class Run:
                 if client is not self.r:
                     await client.aclose()
         return procs
+
+    async def wait_first_jobs(
+        self, procs: Iterable[WorkerProc], timeout: float = 20.0
+    ) -> str | None:
+        """Wait until each of ``procs`` has started a job, per the ledger (jobs must be
+        waiting); None then. A process that exits, or logs :data:`ERRORS_AT_START` error lines
+        without having started a job, cannot start: returns its first error line (BullMQ
+        retries a failing connect at once, for ever). On timeout: a problem, and None.
+        """
+        procs = list(procs)
+
+        def ready() -> str | bool:
+            started = {e.pid for e in self.ledger.entries() if e.event == START}
+            for proc in procs:
+                if proc.pid in started:
+                    continue
+                errors = proc.errors()
+                if len(errors) >= ERRORS_AT_START or not proc.alive:
+                    return errors[0] if errors else f"{proc!r} exited"
+            return all(p.pid in started for p in procs)
+
+        found = await self.until(ready, timeout, f"{len(procs)} workers to start a job")
+        return found if isinstance(found, str) else None
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -283,6 +327,16 @@ class Run:
         self.row.marks = dict(self.marks)
         return result
 
+    async def abandon(self, result: str) -> None:
+        """End a run whose workers never got going (a baseline that cannot start there):
+        kill them and record ``result`` as the row's result. Nothing is audited, and
+        :func:`compare` does not hold echomq to this run."""
+        await self.workers.aclose()
+        self.abandoned = True
+        self.audit = Audit({})
+        self.row.verdict = result
+        self.row.runtime = time.monotonic() - self._t0
+
     def worker_logs(self) -> str:
         return self.workers.logs()
 
@@ -313,28 +367,38 @@ class Lab:
         server_args: Iterable[str] = (),
         proxy: bool = False,
         topology: str | None = None,
+        managed: str | None = None,
         **worker_config: Any,
     ) -> AsyncIterator[Run]:
         """A run of ``scenario`` with ``impl`` workers, on a new server started with
         ``server_args``; with ``proxy`` a :class:`FaultProxy` is started too, and the
         workers connect through it unless ``via_proxy=False`` is given. With ``topology``
         (``sentinel`` or ``cluster``) the run gets a replicated setup instead of one server
-        (:mod:`faultkit.topology`), which everyone reaches through its URL form."""
+        (:mod:`faultkit.topology`), which everyone reaches through its URL form. With
+        ``managed`` (``renamed`` or ``acl``) the server is restricted as a managed service
+        would be, and everyone but the test itself connects as the restricted user
+        (:mod:`faultkit.managed`)."""
         directory = self._dir / f"{len(self.runs)}-{impl}"
         directory.mkdir(parents=True)
+        restriction = None if managed is None else Restriction(managed)
         server: FaultServer | Replicated
         if topology is not None:
             server = replicated(topology, directory / topology)
             await asyncio.to_thread(server.start)
         else:
-            server = FaultServer(directory / "redis", list(server_args))
+            restricted = () if restriction is None else restriction.server_args
+            server = FaultServer(directory / "redis", [*server_args, *restricted])
             server.start()
+            if restriction is not None:
+                restriction.lock_down(server)
         fault_proxy: FaultProxy | None = None
         if proxy:
             assert isinstance(server, FaultServer), "a proxy stands before one server"
             fault_proxy = FaultProxy(server.port)
             await fault_proxy.start()
-        run = Run(scenario, impl, server, fault_proxy, directory, worker_config, self._nodeid)
+        run = Run(
+            scenario, impl, server, fault_proxy, directory, worker_config, self._nodeid, restriction
+        )
         self.runs.append(run)
         try:
             await run.producer.prepare()
@@ -352,7 +416,7 @@ class Lab:
 
 def compare(echo: Run, node: Run | None) -> list[str]:
     """How the echomq run did worse than the Node baseline (empty: not worse)."""
-    if node is None:
+    if node is None or node.abandoned:
         return []
     e, n = echo.row, node.row
     out = []
@@ -368,7 +432,7 @@ def verdict(echo: Run, node: Run | None = None) -> None:
     worse = compare(echo, node)
     problems = echo.problems + worse
     echo.row.verdict = "fail" if problems else "pass"
-    if node is not None:
+    if node is not None and not node.row.verdict:  # abandon() wrote its own
         node.row.verdict = "baseline"
     if problems:
         baseline = f"\nBullMQ baseline: {node.row}\n  " + "\n  ".join(node.problems) if node else ""

@@ -4,7 +4,9 @@
 //   node node_worker.mjs '<json options>'
 //
 // Options: url, queue, name, concurrency, lockDuration (ms), stalledInterval (ms),
-// maxStalledCount, drainDelay (s), runRetryDelay (ms), ledger (path of the ledger file);
+// maxStalledCount, drainDelay (s), runRetryDelay (ms), skipVersionCheck (BullMQ's option: no
+// INFO at connect), ledger (path of the ledger file);
+// url may carry a user and password (redis://user:pw@host:port/0), for an ACL user;
 // instead of url, sentinels ([[host, port], ...]) with service (the monitored name), or
 // cluster ([[host, port], ...], the startup nodes; the queue name then carries braces).
 // The processor is the same as faultkit/proc.py: it appends "<job id> <pid> start <ms>" to the
@@ -55,7 +57,10 @@ function connection(o) {
     return new IORedis.Cluster(nodes(o.cluster), { redisOptions: { maxRetriesPerRequest: null } });
   }
   const u = new URL(o.url);
-  return { host: u.hostname, port: Number(u.port), maxRetriesPerRequest: null };
+  const auth = {};
+  if (u.username) auth.username = decodeURIComponent(u.username);
+  if (u.password) auth.password = decodeURIComponent(u.password);
+  return { host: u.hostname, port: Number(u.port), ...auth, maxRetriesPerRequest: null };
 }
 
 const worker = new Worker(opts.queue, processor, {
@@ -67,6 +72,7 @@ const worker = new Worker(opts.queue, processor, {
   maxStalledCount: opts.maxStalledCount ?? 1,
   drainDelay: opts.drainDelay ?? 1,
   runRetryDelay: opts.runRetryDelay ?? 500,
+  skipVersionCheck: opts.skipVersionCheck ?? false,
   autorun: false,
 });
 worker.on('error', err => console.error(`worker error: ${err && err.message}`));

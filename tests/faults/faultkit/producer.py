@@ -28,20 +28,26 @@ def job_id(index: int) -> str:
 
 
 class Producer:
-    """Adds jobs to one queue through its own connection (named ``faults-producer``)."""
+    """Adds jobs to one queue through its own connection (named ``faults-producer``, or
+    unnamed with ``client_name=None``, where the server has no CLIENT command)."""
 
-    def __init__(self, url: str, queue: str, *, retry_for: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        retry_for: float = 30.0,
+        client_name: str | None = "faults-producer",
+    ) -> None:
         self.queue = queue
         self.client: Any
         if "+" in url.partition("://")[0]:  # redis+sentinel:// or redis+cluster://
             # A short reply timeout: an add that hangs on a frozen primary is given up and
             # tried again (same id), rather than acknowledged by a primary already replaced.
-            self.client = echomq.client_from_url(
-                url, client_name="faults-producer", socket_timeout=0.5
-            )
+            self.client = echomq.client_from_url(url, client_name=client_name, socket_timeout=0.5)
         else:
             self.client = redis.asyncio.Redis.from_url(
-                url, client_name="faults-producer", socket_timeout=10
+                url, client_name=client_name, socket_timeout=10
             )
         self.acked: dict[str, float] = {}  # job id -> time.time() of the acknowledgement
         self.refusals = 0  # adds that raised and were retried

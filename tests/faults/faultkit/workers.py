@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,9 @@ FAULTS_DIR = Path(__file__).resolve().parent.parent
 NODE_WORKER = Path(__file__).resolve().parent / "node_worker.mjs"
 NODE_MODULES = FAULTS_DIR.parent / "node_modules"
 IMPLS = ("echomq", "node")
+#: An echomq CLI log record at WARNING or above (``<time> <LEVEL> <logger>: ...``), or a line
+#: node_worker.mjs writes for the worker's ``error`` event.
+_ERROR_LINE = re.compile(r"^\S+ \S+ (WARNING|ERROR|CRITICAL) |^worker error: ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,14 @@ class WorkerProc:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def errors(self, limit: int | None = 1 << 18) -> list[str]:
+        """The error lines among the first ``limit`` bytes of the log (all with None): an
+        echomq record at WARNING or above, a BullMQ worker's ``error`` event. A worker that
+        fails in a loop can write megabytes a second, hence the limit."""
+        with open(self.log_path, "rb") as handle:
+            head = handle.read(-1 if limit is None else limit).decode(errors="replace")
+        return [line for line in head.splitlines() if _ERROR_LINE.search(line)]
 
     def kill(self) -> None:
         """SIGKILL and reap."""
