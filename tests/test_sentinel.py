@@ -216,4 +216,3 @@ async def test_a_worker_and_a_producer_ride_through_a_frozen_sentinel_primary(
     assert run.extra_runs <= 5
     resumed = run.resumed
     assert resumed < DOWN_AFTER_MS / 1000 + 3, f"the worker resumed {resumed:.2f} s after the stop"
-

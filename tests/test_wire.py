@@ -107,7 +107,7 @@ async def test_a_cancelled_call_does_not_shift_later_replies(redis: AsyncRedis) 
     channel = channel_of(redis)
     try:
         await channel.call(("PING",))  # connected
-        task = asyncio.create_task(channel.call(("ECHO", "cancelled")))
+        task = asyncio.ensure_future(channel.call(("ECHO", "cancelled")))
         await asyncio.sleep(0)  # written, reply not read yet
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -155,7 +155,7 @@ async def test_a_call_in_flight_when_the_connection_drops_fails_and_is_not_resen
 ) -> None:
     async with own_channel(redis_url, client_name=NAME) as channel:
         await channel.call(("PING",))
-        blocked = asyncio.create_task(channel.call(("BLPOP", f"{queue_name}:nothing", 10)))
+        blocked = asyncio.ensure_future(channel.call(("BLPOP", f"{queue_name}:nothing", 10)))
         for _ in range(100):
             clients = await channel_clients(redis)
             if clients and clients[0]["cmd"] == "blpop":
