@@ -25,7 +25,7 @@ import redis
 import redis.asyncio
 import redis.cluster
 
-from echomq import _topology as topology
+from echomq._redis import topology
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

@@ -21,7 +21,8 @@ import pytest
 from redis.asyncio import Redis
 
 import echomq
-from echomq import Backoff, JobOptions, KeepJobs, Queue, ops
+from echomq import Backoff, JobOptions, KeepJobs, Queue
+from echomq import _ops as ops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import snapshot
 

@@ -19,7 +19,8 @@ import redis.asyncio
 import redis.exceptions as redis_errors
 
 import echomq
-from echomq import ops, scripts
+from echomq import _ops as ops
+from echomq._ops import scripts
 from echomq.errors import (
     ActiveJobsError,
     JobBelongsToSchedulerError,

@@ -24,8 +24,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 import echomq
-from echomq import _batched, _wire
-from echomq._wire import Channel, open_channel
+from echomq._redis import batched as _batched
+from echomq._redis import wire as _wire
+from echomq._redis.wire import Channel, open_channel
 
 
 class CountingTransport:

@@ -25,9 +25,10 @@ import echomq
 import echomq.sync
 from _cluster import ClusterSetup, cluster_url
 from _failover import ride_through
-from echomq import JobOptions, JobState, Queue, Worker, ops
-from echomq._fail_fast import server_address
-from echomq.ops import worker as wops
+from echomq import JobOptions, JobState, Queue, Worker
+from echomq import _ops as ops
+from echomq._ops import worker as wops
+from echomq._redis.fail_fast import server_address
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import close_sync_cluster, wait_for
 

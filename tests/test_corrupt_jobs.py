@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Job, Queue, Worker
-from echomq.ops import worker as wops
+from echomq._ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import wait_for
 

@@ -36,7 +36,7 @@ from echomq import (
     Worker,
     ops,
 )
-from echomq.ops import worker as wops
+from echomq._ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import session_of, wait_for
 

@@ -227,7 +227,7 @@ async def test_get_job_counts_and_count(redis: Redis, q: Queue, keys: QueueKeys)
         "waiting": 3,  # the legacy paused list is not counted as waiting (Node v6)
         "waiting-children": 1,
     }
-    assert list(counts) == list(echomq.ops.DEFAULT_COUNT_TYPES)
+    assert list(counts) == list(echomq._ops.DEFAULT_COUNT_TYPES)
     assert await q.get_job_counts("failed", "waiting") == {"failed": 2, "waiting": 3}
     assert await q.get_job_counts("paused") == {"paused": 1}
     # waiting + legacy paused + delayed + prioritized + waiting-children

@@ -26,7 +26,7 @@ from echomq import (
     ValidationError,
     ops,
 )
-from echomq.ops import now_ms
+from echomq._ops import now_ms
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import snapshot
 

@@ -1,4 +1,5 @@
-"""The package's layers: every module imports on its own, and imports form no cycle.
+"""The package's layers: every module imports on its own, imports form no cycle, and no
+module imports a layer above its own (the diagram of CONTRIBUTING.md, :data:`LAYERS`).
 
 A cycle hidden by a function-level import (or by the order modules happen to be imported in)
 breaks the first program that imports the modules in another order, so the graph is built from
@@ -65,7 +66,7 @@ def _imported(tree: ast.AST, name: str, is_package: bool) -> set[str]:
             else:
                 source = node.module or ""
             submodules = {f"{source}.{alias.name}" for alias in node.names} & MODULES.keys()
-            targets.update(submodules)  # `from . import ops` imports echomq.ops
+            targets.update(submodules)  # `from . import ops` imports echomq._ops
             if len(submodules) < len(node.names):  # names defined in `source` itself
                 targets.add(source)
         for child in ast.iter_child_nodes(node):
@@ -131,16 +132,101 @@ def test_the_graph_sees_function_level_imports_and_skips_type_checking() -> None
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from .queue import Queue\n"
-        "def f():\n    from .ops import _base\n    import echomq.scripts\n"
+        "def f():\n    from ._ops import _base\n    import echomq._ops.scripts\n"
     )
-    found = _imported(ast.parse(source), "echomq._connection", is_package=False)
-    assert found == {"echomq.ops._base", "echomq.scripts"}
+    found = _imported(ast.parse(source), "echomq.queue", is_package=False)
+    assert found == {"echomq._ops._base", "echomq._ops.scripts"}
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_import_cycles_among_echomq_modules() -> None:
     cycles = find_cycles(import_graph())
     assert cycles == [], f"modules importing each other (directly or through others): {cycles}"
+
+
+#: The layers of CONTRIBUTING.md's diagram, lowest first: a module imports modules of its own
+#: layer or of layers below, never above. Each entry is a layer's name and the module names (a
+#: name ending in ``.*`` covers a package and everything in it) it holds.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("facts", ("echomq.protocol.*", "echomq.errors")),
+    (
+        "values",
+        (
+            "echomq.options",
+            "echomq.schedulers",
+            "echomq._flow_job",
+            "echomq._cron",
+            "echomq._run_state",
+            "echomq._tracebacks",
+            "echomq.telemetry",
+        ),
+    ),
+    (
+        "redis-wire",
+        (
+            "echomq._redis",
+            "echomq._redis.wire",
+            "echomq._redis.fail_fast",
+            "echomq._redis.topology",
+            "echomq._redis.retry",
+            "echomq._redis.restricted",
+            "echomq._redis.sentinel_watch",
+            "echomq._redis.batched",
+        ),
+    ),
+    ("ops", ("echomq._ops.*",)),
+    ("redis-run", ("echomq._redis.connection", "echomq._redis.server_checks")),
+    (
+        "api",
+        (
+            "echomq._job_model",
+            "echomq._job",
+            "echomq.job",
+            "echomq._event_types",
+            "echomq._discovery",
+            "echomq._queue",
+            "echomq.queue",
+            "echomq.flows",
+            "echomq.events",
+        ),
+    ),
+    ("sync", ("echomq.sync.*",)),
+    ("worker", ("echomq.worker.*",)),
+    ("package", ("echomq",)),
+    ("embedded", ("echomq.embedded",)),
+    ("dashboard", ("echomq.dashboard.*",)),
+    ("cli", ("echomq.cli.*",)),
+    ("integrations", ("echomq.contrib.*", "echomq.testing.*")),
+]
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of the layer holding ``module``."""
+    found = [
+        rank
+        for rank, (_, patterns) in enumerate(LAYERS)
+        for pattern in patterns
+        if module == pattern
+        or (pattern.endswith(".*") and (module == pattern[:-2] or module.startswith(pattern[:-1])))
+    ]
+    assert len(found) == 1, f"{module} is in {len(found)} layers of LAYERS; put it in one"
+    return found[0]
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        layer_of(name)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    upward = []
+    for name, targets in import_graph().items():
+        here = layer_of(name)
+        for target in sorted(targets):
+            there = layer_of(target)
+            if there > here:
+                upward.append(f"{name} ({LAYERS[here][0]}) imports {target} ({LAYERS[there][0]})")
+    assert upward == []
 
 
 def test_protocol_depends_on_nothing_above_it() -> None:

@@ -10,8 +10,8 @@ Two servers the module starts itself on free loopback ports:
 
 On each: producers, a worker (a delayed job, a retry, a scheduler's iterations), QueueEvents,
 the dashboard and the CLI work; nothing fails at start; each refused command is said once per
-process at INFO on ``echomq.server``, naming it (``echomq._restricted``); ``get_workers`` raises
-redis-py's error naming ``CLIENT LIST``.
+process at INFO on ``echomq.server``, naming it (``echomq._redis.restricted``);
+``get_workers`` raises redis-py's error naming ``CLIENT LIST``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import echomq
 import echomq.sync
 from _cli import DEADLINE, base_env, cli, wait_until
 from echomq import Job, Queue, QueueEvents, Worker
-from echomq import _restricted as restricted_module
-from echomq import _server_checks as checks
+from echomq._redis import restricted as restricted_module
+from echomq._redis import server_checks as checks
 from echomq.dashboard import create_app
 from echomq.embedded import RedisServer
 from echomq.protocol.keys import queue_keys

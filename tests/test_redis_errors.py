@@ -1,4 +1,4 @@
-"""The one rule for Redis errors (``echomq._retry.classify``), and what a producer does by it.
+"""The one rule for Redis errors (``echomq._redis.retry.classify``), and what a producer does by it.
 
 A producer makes one attempt: a call Redis refused for a state that passes (BUSY, OOM, ...)
 raises ``RedisRefusedError`` and added nothing; a lost connection or a timeout raises its
@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 import echomq
 import echomq.sync
 from echomq import RedisRefusedError, RedisUnavailableError
-from echomq._retry import Outage, classify, refused_reply
+from echomq._redis.retry import Outage, classify, refused_reply
 from echomq.embedded import RedisServer
 from echomq.protocol.keys import queue_keys
 from helpers import busy_for

@@ -1,8 +1,8 @@
-"""The script registry (``echomq.scripts``): loading, key-count checks, NOSCRIPT recovery.
+"""The script registry (``echomq._ops.scripts``): loading, key-count checks, NOSCRIPT recovery.
 
 The loader's rules: each file is read once, includes are inlined once and deterministically,
 the SHA1 is of the final text, calls are EVALSHA with a reload on NOSCRIPT, and
-:func:`~echomq.scripts.ensure_loaded` makes a MULTI/EXEC safe after a flush. These tests flush
+:func:`~echomq._ops.scripts.ensure_loaded` makes a MULTI/EXEC safe after a flush. These tests flush
 the script cache of the server the suite started (never another one).
 """
 
@@ -16,7 +16,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from echomq import scripts
+from echomq._ops import scripts
 from echomq.protocol.keys import queue_keys
 
 NAMES = scripts.all_script_names()

@@ -24,8 +24,8 @@ import echomq.sync
 from _failover import ride_through
 from _sentinel import DOWN_AFTER_MS, SERVICE, SentinelSetup
 from echomq import Job, Queue, QueueEvents, RedisUnavailableError, ValidationError, Worker
-from echomq._fail_fast import redact_url
-from echomq._topology import parse
+from echomq._redis.fail_fast import redact_url
+from echomq._redis.topology import parse
 from helpers import wait_for
 
 

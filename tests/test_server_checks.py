@@ -2,7 +2,7 @@
 
 Real servers of their own (``fresh_server``) with the settings under test; the client clock is
 injected where a skew is needed, since the server's cannot be moved. The per-process state of
-``echomq._server_checks`` is cleared around each test, as a fresh port may repeat an address.
+``echomq._redis.server_checks`` is cleared around each test, as a fresh port may repeat an address.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import redis.cluster
 
 import echomq
 import echomq.sync
-from echomq import _server_checks as checks
-from echomq._connection import AsyncConn, SyncConn
-from echomq._server_checks import ClockReading, ServerWatch
+from echomq._redis import server_checks as checks
+from echomq._redis.connection import AsyncConn, SyncConn
+from echomq._redis.server_checks import ClockReading, ServerWatch
 from echomq.embedded import RedisServer
 from helpers import close_sync_cluster, wait_for
 

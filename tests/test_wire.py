@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import echomq
-from echomq._wire import Channel, open_channel, parse_error
+from echomq._redis.wire import Channel, open_channel, parse_error
 from echomq.embedded import RedisServer, find_redis_server
 
 NAME = "echomq-wire-test"

@@ -6,6 +6,7 @@ twin over a ``redis.Redis`` client, for Django, Flask and scripts: the same func
 """
 
 from ._flow_job import FlowJob
+from ._ops.flows import Dependencies, DependencyCounts, DependencyPage
 from .errors import (
     ActiveJobsError,
     ConnectionNotOpenError,
@@ -68,7 +69,6 @@ from .events import (
 )
 from .flows import FlowProducer, JobNode
 from .job import Job, JobData, JobState, ParentRef
-from .ops.flows import Dependencies, DependencyCounts, DependencyPage
 from .options import (
     UNSET,
     Backoff,

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import redis.asyncio
 
-from .ops import prometheus as prom
-from .ops import run_plan
+from ._ops import prometheus as prom
+from ._ops import run_plan
 from .protocol.keys import queue_keys
 
 #: Key suffixes that name a queue (``<prefix>:<queue>:<suffix>``).

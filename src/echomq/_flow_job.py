@@ -3,7 +3,7 @@
 A flow is a tree: each node is a job, in any queue (and under any prefix), whose children must
 all finish before it runs. The node holds no connection; it is validated when it is built (its
 options, as :class:`~echomq.JobOptions` validates them) and again, as a whole tree, before a
-FlowProducer writes anything (see :mod:`echomq.ops.flow_tree`).
+FlowProducer writes anything (see :mod:`echomq._ops.flow_tree`).
 """
 
 from __future__ import annotations

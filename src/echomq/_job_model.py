@@ -15,7 +15,7 @@ from typing import Any
 
 from typing_extensions import Self
 
-from . import ops
+from . import _ops as ops
 from .options import UNSET, JobOptions
 from .protocol import fields
 from .protocol.keys import QueueKeys

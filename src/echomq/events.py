@@ -5,7 +5,7 @@ Every script that changes a job's state appends an entry to the stream ``<prefix
 of its own: a blocking read holds its connection for up to ``block`` seconds, so sharing the
 caller's pool would starve every other command, and the connection is named
 ``<prefix>:<base64(queue)>:qe`` so that Node's ``getQueueEvents`` counts it (it stays unnamed
-where the server refuses ``CLIENT SETNAME``, as managed Redis may: see ``_restricted``).
+where the server refuses ``CLIENT SETNAME``, as managed Redis may: see ``_redis.restricted``).
 
 Invariants:
 
@@ -35,7 +35,6 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ._connection import AsyncConn, AsyncConnection
 from ._event_types import (
     Active,
     Added,
@@ -58,10 +57,11 @@ from ._event_types import (
     WaitingChildren,
     parse_entry,
 )
-from ._retry import TRANSIENT, RetryBackoff
-from ._wire import Channel, open_channel, send
+from ._ops import to_str
+from ._redis.connection import AsyncConn, AsyncConnection
+from ._redis.retry import TRANSIENT, RetryBackoff
+from ._redis.wire import Channel, open_channel, send
 from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
-from .ops import to_str
 from .options import Duration, to_seconds
 from .protocol import codes, fields
 from .protocol.keys import DEFAULT_PREFIX, queue_keys

@@ -19,21 +19,21 @@ from typing import Any, TypeVar
 import redis.asyncio
 from typing_extensions import Unpack
 
-from . import ops
-from ._connection import AsyncConn, AsyncConnection
-from ._fail_fast import DEFAULT_CONNECT_TIMEOUT, async_client_from_url
+from . import _ops as ops
 from ._job import Job
+from ._ops import BulkItem as BulkItem
+from ._ops import Metrics as Metrics
+from ._ops import MetricsMeta as MetricsMeta
+from ._ops import QueueMeta as QueueMeta
+from ._ops import RateLimit as RateLimit
+from ._ops.replicated import ReplicaWait
 from ._queue import Queue as Queue
 from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
-from ._server_checks import check_on_first_use
+from ._redis.connection import AsyncConn, AsyncConnection
+from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, async_client_from_url
+from ._redis.server_checks import check_on_first_use
 from .errors import ReplicationError
 from .job import JobState
-from .ops import BulkItem as BulkItem
-from .ops import Metrics as Metrics
-from .ops import MetricsMeta as MetricsMeta
-from .ops import QueueMeta as QueueMeta
-from .ops import RateLimit as RateLimit
-from .ops.replicated import ReplicaWait
 from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
 from .protocol.keys import DEFAULT_PREFIX, queue_keys
 
@@ -183,7 +183,7 @@ def client_from_url(
 async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
     """The connection for one module-level call; a client opened from a URL (with the default
     ``connect_timeout``) is closed on exit. The first call to a server in this process that
-    succeeds checks it (``_server_checks``).
+    succeeds checks it (``_redis.server_checks``).
 
     A client the caller passed stays usable, so jobs returned through it keep working. The
     jobs a :class:`~echomq.ReplicationError` carries are detached like returned ones.

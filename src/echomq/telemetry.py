@@ -30,7 +30,7 @@ from .options import EMPTY_OPTIONS, UNSET, JobOptions, JobTelemetry, coerce_opti
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from .ops import BulkItem
+    from ._ops import BulkItem
 
 INSTALL_HINT: Final = "OpenTelemetry support needs opentelemetry-api: pip install 'echomq[otel]'"
 

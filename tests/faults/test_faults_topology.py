@@ -139,7 +139,7 @@ async def test_sentinel_primary_frozen_past_down_after(lab: Lab, baseline: bool)
     """The frozen primary's connections neither fail nor answer, and once thawed it is still a
     primary until the Sentinels demote it (their INFO poll, every 10 s). echomq drops its
     connections to the old master when the Sentinels announce the new one (+switch-master,
-    echomq._sentinel_watch), so it recovers as after a kill; BullMQ (ioredis without its
+    echomq._redis.sentinel_watch), so it recovers as after a kill; BullMQ (ioredis without its
     failoverDetector) stays on the old master until it is demoted, about 10 s after the thaw."""
 
     async def one(impl: str) -> Run:

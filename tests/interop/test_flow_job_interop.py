@@ -24,8 +24,9 @@ import nodepeer
 from nodepeer import NodePeer
 
 import echomq
-from echomq import DependencyPage, Job, Queue, Worker, ops
-from echomq.ops import worker as wops
+from echomq import DependencyPage, Job, Queue, Worker
+from echomq import _ops as ops
+from echomq._ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import wait_for
 

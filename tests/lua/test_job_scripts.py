@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from echomq import JobOptions, ops, scripts
+from echomq import JobOptions
+from echomq import _ops as ops
+from echomq._ops import scripts
 from echomq.protocol.keys import queue_keys
 
 NEW_SCRIPTS = {

@@ -15,8 +15,10 @@ import re
 import pytest
 from redis import Redis
 
-from echomq import JobOptions, ops, scripts
-from echomq.ops import worker as wops
+from echomq import JobOptions
+from echomq import _ops as ops
+from echomq._ops import scripts
+from echomq._ops import worker as wops
 from echomq.protocol.keys import RESERVED_SUFFIXES, SCRIPT_KEY_LAYOUTS, queue_keys
 
 NAMES = scripts.all_script_names()

@@ -17,9 +17,9 @@ import asyncio
 import json
 from typing import Any
 
+from .._ops import prepare_job
+from .._ops.replicated import ReplicaWait
 from ..errors import ReplicationError
-from ..ops import prepare_job
-from ..ops.replicated import ReplicaWait
 from ..options import JobOptions
 from ..queue import add
 from ._connect import check_names, resolve

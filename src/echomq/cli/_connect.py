@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import redis
 import redis.exceptions
 
-from .._fail_fast import redact_url
+from .._redis.fail_fast import redact_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
 from ..errors import EmbeddedRedisError, InvalidQueueNameError
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys, validate_queue_name

@@ -22,8 +22,8 @@ from typing import Any
 
 import redis.exceptions
 
-from .. import _topology as topology
 from .._discovery import prometheus_text
+from .._redis import topology
 from ..queue import client_from_url
 from ._connect import check_names, listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import ops
+from .. import _ops as ops
 from ..errors import ActiveJobsError
 from ..job import Job
 from ..options import UNSET, JobOptions

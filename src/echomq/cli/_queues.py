@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from .. import _topology as topology
 from .._discovery import find_queues
+from .._redis import topology
 from ..queue import Queue, client_from_url
 from ._connect import check_names, resolve
 from ._errors import EXIT_OK

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, cast
 
-from .._fail_fast import connect_budget
+from .._redis.fail_fast import connect_budget
 from ..options import Limiter, WorkerOptions, to_seconds
 from ..worker import Processor, Worker
 from ._connect import check_names, redact, resolve, warn_if_no_queue

@@ -36,7 +36,7 @@ except ImportError as exc:
         "or pip install 'echomq[fastapi]'"
     ) from exc
 
-from .._connection import AsyncConnection
+from .._redis.connection import AsyncConnection
 from ..events import QueueEvents
 from ..options import WorkerOptions
 from ..protocol.keys import DEFAULT_PREFIX

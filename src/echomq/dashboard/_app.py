@@ -41,9 +41,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .. import _topology as topology
 from .._discovery import find_queues, prometheus_text, queue_exists
 from .._job import Job
+from .._redis import topology
 from ..errors import EchoMQError
 from ..protocol.keys import DEFAULT_PREFIX
 from ..queue import Queue, client_from_url

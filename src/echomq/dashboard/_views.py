@@ -18,12 +18,12 @@ from typing import Any
 import redis.asyncio
 import redis.exceptions
 
-from .. import _restricted as restricted
 from .. import queue as api
-from .._fail_fast import server_address
 from .._job import Job
+from .._ops.flows import DependencyPage
+from .._redis import restricted
+from .._redis.fail_fast import server_address
 from ..errors import EchoMQError
-from ..ops.flows import DependencyPage
 from ..queue import Queue
 
 #: The state tabs of a queue, in the order a job moves through them.

@@ -5,7 +5,7 @@ The blocking twin of :mod:`echomq.queue` (module-level functions and :class:`Que
 ``scripts/unasync.py``: ``_api`` from ``echomq/queue.py``, ``_queue`` from ``echomq/_queue.py``,
 ``_job`` from ``echomq/_job.py``, ``_flows`` from ``echomq/flows.py`` (never edit those four by
 hand; ``scripts/check`` fails while they are stale). Each function or
-method builds the same :mod:`echomq.ops` operation as its async twin and runs it with
+method builds the same :mod:`echomq._ops` operation as its async twin and runs it with
 ``run_sync`` (or ``run_plan_sync``), so validation, keys, scripts and Redis effects are
 identical, and a refused call writes nothing. Nothing here creates, runs or looks up an event
 loop: it is plain blocking redis-py, usable from any thread, including one that runs an event

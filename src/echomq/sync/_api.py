@@ -21,18 +21,18 @@ from typing import Any, TypeVar
 import redis
 from typing_extensions import Unpack
 
-from .. import ops
-from .._connection import SyncConn, SyncConnection
-from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, sync_client_from_url
-from .._server_checks import check_on_first_use_sync
+from .. import _ops as ops
+from .._ops import BulkItem as BulkItem
+from .._ops import Metrics as Metrics
+from .._ops import MetricsMeta as MetricsMeta
+from .._ops import QueueMeta as QueueMeta
+from .._ops import RateLimit as RateLimit
+from .._ops.replicated import ReplicaWait
+from .._redis.connection import SyncConn, SyncConnection
+from .._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, sync_client_from_url
+from .._redis.server_checks import check_on_first_use_sync
 from ..errors import ReplicationError
 from ..job import JobState
-from ..ops import BulkItem as BulkItem
-from ..ops import Metrics as Metrics
-from ..ops import MetricsMeta as MetricsMeta
-from ..ops import QueueMeta as QueueMeta
-from ..ops import RateLimit as RateLimit
-from ..ops.replicated import ReplicaWait
 from ..options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._job import Job
@@ -185,7 +185,7 @@ def client_from_url(
 def _connected(connection: SyncConnection) -> Iterator[SyncConn]:
     """The connection for one module-level call; a client opened from a URL (with the default
     ``connect_timeout``) is closed on exit. The first call to a server in this process that
-    succeeds checks it (``_server_checks``).
+    succeeds checks it (``_redis.server_checks``).
 
     A client the caller passed stays usable, so jobs returned through it keep working. The
     jobs a :class:`~echomq.ReplicationError` carries are detached like returned ones.

@@ -20,13 +20,13 @@ import dataclasses
 from collections.abc import Sequence
 from types import TracebackType
 
-from .._connection import SyncConn, SyncConnection, check_cluster_flow
-from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
 from .._flow_job import FlowJob
-from .._server_checks import check_on_first_use_sync
+from .._ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
+from .._ops.replicated import ReplicaWait, check_replicated
+from .._redis.connection import SyncConn, SyncConnection, check_cluster_flow
+from .._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
+from .._redis.server_checks import check_on_first_use_sync
 from ..errors import ValidationError
-from ..ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
-from ..ops.replicated import ReplicaWait, check_replicated
 from ..options import Duration
 from ..protocol.keys import DEFAULT_PREFIX, queue_keys
 from ._job import Job

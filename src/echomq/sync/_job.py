@@ -4,7 +4,7 @@
 
 ``scripts/unasync.py`` generates ``echomq/sync/_job.py`` (the blocking ``echomq.sync.Job``) from
 ``echomq/_job.py``, the one definition of both: edit the latter. Each method builds one
-:mod:`echomq.ops` operation, runs it on the job's connection and updates the snapshot; keep them
+:mod:`echomq._ops` operation, runs it on the job's connection and updates the snapshot; keep them
 that thin, and keep what only an event loop can do between ``unasync: async-only`` markers.
 """
 
@@ -15,8 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from .. import ops
+from .. import _ops as ops
 from .._job_model import JobData, JobState
+from .._ops import flows as flow_ops
+from .._ops import worker as wops
+from .._ops.flows import Dependencies, DependencyCounts, DependencyPage
 from .._run_state import RunState
 from ..errors import (
     ConnectionNotOpenError,
@@ -25,9 +28,6 @@ from ..errors import (
     ValidationError,
     error_for_code,
 )
-from ..ops import flows as flow_ops
-from ..ops import worker as wops
-from ..ops.flows import Dependencies, DependencyCounts, DependencyPage
 from ..options import Duration, moment_to_ms, to_seconds
 from ..protocol import codes, fields
 from ..protocol.keys import QueueKeys

@@ -5,16 +5,16 @@ functions of :mod:`echomq.queue` (which re-exports it).
 
 ``scripts/unasync.py`` generates ``echomq/sync/_queue.py`` (the blocking ``echomq.sync.Queue``)
 from ``echomq/_queue.py``, the one definition of both: edit the latter. Each method builds an
-:mod:`echomq.ops` operation (or plan) and runs it on the queue's connection.
+:mod:`echomq._ops` operation (or plan) and runs it on the queue's connection.
 
 A ``Queue`` remembers a name, a prefix, a connection and default job options; it holds no job.
 Everything is validated before a connection is opened. Producers fail fast: a connection error
 or timeout of ``add`` / ``add_bulk`` is raised as :class:`~echomq.errors.RedisUnavailableError`
 naming the server, and a queue made from a URL gives each connect ``connect_timeout``. After its
-first call that succeeds, a queue checks its server once per process (``_server_checks``).
+first call that succeeds, a queue checks its server once per process (``_redis.server_checks``).
 
 Replicated adds: with ``wait_replicas`` above 0, an add is followed by Redis ``WAIT`` on the
-connection that wrote it (``ops.replicated``); fewer acknowledgements than asked for raise
+connection that wrote it (``_ops.replicated``); fewer acknowledgements than asked for raise
 :class:`~echomq.errors.ReplicationError`, which carries the jobs that were added.
 """
 
@@ -28,16 +28,21 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 from typing_extensions import Unpack
 
-from .. import ops
-from .._connection import SyncConn, SyncConnection, check_cluster_flow, check_cluster_keys
-from .._fail_fast import DEFAULT_CONNECT_TIMEOUT, UNREACHABLE, connect_budget, raise_unavailable
-from .._server_checks import check_on_first_use_sync
+from .. import _ops as ops
+from .._ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
+from .._ops import prometheus as prom
+from .._ops import schedulers as sops
+from .._ops import worker as wops
+from .._ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
+from .._redis.connection import SyncConn, SyncConnection, check_cluster_flow, check_cluster_keys
+from .._redis.fail_fast import (
+    DEFAULT_CONNECT_TIMEOUT,
+    UNREACHABLE,
+    connect_budget,
+    raise_unavailable,
+)
+from .._redis.server_checks import check_on_first_use_sync
 from ..job import JobState
-from ..ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
-from ..ops import prometheus as prom
-from ..ops import schedulers as sops
-from ..ops import worker as wops
-from ..ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
 from ..options import UNSET, Duration, JobOptions, JobOptionsDict, _Unset, coerce_options
 from ..protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
 from ..schedulers import JobScheduler, Schedule, ScheduleDict, SchedulerTemplate

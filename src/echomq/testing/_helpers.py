@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._connection import AsyncConnection
+from .._redis.connection import AsyncConnection
 from ..job import Job, JobState
 from ..options import WorkerOptions
 from ..queue import Queue

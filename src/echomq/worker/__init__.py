@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from .._connection import AsyncConn, AsyncConnection, check_cluster_keys
-from .._fail_fast import connect_budget
+from .._redis.connection import AsyncConn, AsyncConnection, check_cluster_keys
+from .._redis.fail_fast import connect_budget
 from ..job import Job
 from ..options import Duration, WorkerOptions, WorkerOptionsDict, to_ms
 from ..protocol import codes

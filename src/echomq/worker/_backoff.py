@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeAlias
 
+from .._ops.worker import builtin_delay_ms
 from ..errors import InvalidOptionError
 from ..job import Job
-from ..ops.worker import builtin_delay_ms
 from ..options import backoff_from_wire
 
 #: ``strategy(attempts_made, backoff_type, error, job)`` returns seconds (or a timedelta) to

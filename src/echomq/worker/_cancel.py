@@ -26,11 +26,11 @@ from typing import Any
 import redis.asyncio
 import redis.asyncio.cluster
 
-from .. import _restricted as restricted
-from .._connection import AsyncConn
-from .._retry import TRANSIENT, RetryBackoff, classify
+from .._ops.worker import CancelRequest, decode_control
+from .._redis import restricted
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT, RetryBackoff, classify
 from .._run_state import RunState
-from ..ops.worker import CancelRequest, decode_control
 from ..protocol.keys import QueueKeys
 from ._outages import OutageLog
 

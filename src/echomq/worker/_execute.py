@@ -20,8 +20,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from .. import ops
+from .. import _ops as ops
 from .._job import Runner
+from .._ops import worker as wops
 from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
     DelayedError,
@@ -33,7 +34,6 @@ from ..errors import (
     WaitingChildrenError,
 )
 from ..job import Job, JobData
-from ..ops import worker as wops
 from ..options import (
     TELEMETRY_KEY,
     WorkerOptions,

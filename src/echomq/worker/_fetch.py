@@ -14,8 +14,8 @@ from typing import Any
 
 import redis.asyncio
 
-from .._wire import open_channel, send
-from ..ops import to_str
+from .._ops import to_str
+from .._redis.wire import open_channel, send
 from ..protocol.keys import QueueKeys
 
 #: Longest single block; Node caps its delayed waits at 10 s as well.

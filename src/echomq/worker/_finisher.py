@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
-from .._retry import stop_tasks
+from .._redis.retry import stop_tasks
 from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
 from ..protocol import codes

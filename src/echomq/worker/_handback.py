@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .._connection import AsyncConn
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
 from ..errors import error_for_code
-from ..ops import worker as wops
 from ..protocol import codes
 from ..protocol.keys import QueueKeys
 from ._outages import OutageLog, call_through_outages

@@ -12,9 +12,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .._connection import AsyncConn
-from .._retry import TRANSIENT, RetryBackoff
-from ..ops import worker as wops
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT, RetryBackoff
 from ..protocol.keys import QueueKeys
 
 logger = logging.getLogger("echomq.worker")

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .._connection import AsyncConn
-from .._retry import stop_tasks
+from .._ops import now_ms
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
+from .._redis.retry import stop_tasks
 from ..job import Job
-from ..ops import now_ms
-from ..ops import worker as wops
 from ..options import WorkerOptions, to_seconds
 from ..protocol.keys import QueueKeys
 from ._fetch import MarkerWaiter

@@ -1,7 +1,7 @@
 """Waiting out transient server states, so that a finished job's outcome is never dropped.
 
 A worker call can fail in two ways that say nothing about the job (the one classification of
-Redis errors is :func:`echomq._retry.classify`): Redis **refused** it for now (BUSY, LOADING,
+Redis errors is :func:`echomq._redis.retry.classify`): Redis **refused** it for now (BUSY, LOADING,
 OOM, a failover...), and the same call can simply be sent again later; or its **reply was
 lost** (the connection broke or timed out after the call was written): the call ran entirely
 or not at all (a script is atomic), and we cannot tell which. Only a call made safe to resend
@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .._retry import Outage, RetryBackoff, classify
+from .._redis.retry import Outage, RetryBackoff, classify
 
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _cron
-from .._connection import AsyncConn
-from .._retry import TRANSIENT
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT
 from ..errors import InvalidOptionError
 from ..job import Job
-from ..ops import worker as wops
 from ..protocol.keys import QueueKeys
 from ._outages import call_through_outages
 

@@ -20,13 +20,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .._connection import AsyncConn
-from .._retry import TRANSIENT, Outage, RetryBackoff, classify, stop_tasks
+from .._ops import now_ms
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT, Outage, RetryBackoff, classify, stop_tasks
 from .._run_state import RunState
 from ..errors import error_for_code
 from ..job import Job
-from ..ops import now_ms
-from ..ops import worker as wops
 from ..options import WorkerOptions, to_ms, to_seconds
 from ..protocol.keys import QueueKeys
 from ..telemetry import Telemetry

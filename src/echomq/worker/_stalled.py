@@ -10,11 +10,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .._connection import AsyncConn
-from .._retry import TRANSIENT
-from .._server_checks import ServerWatch
-from ..ops import now_ms
-from ..ops import worker as wops
+from .._ops import now_ms
+from .._ops import worker as wops
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT
+from .._redis.server_checks import ServerWatch
 from ..protocol.keys import QueueKeys
 
 logger = logging.getLogger("echomq.worker")
@@ -74,7 +74,7 @@ class StalledChecker:
     async def run(self, keep_going: Callable[[], bool]) -> None:
         """Check until cancelled or ``keep_going()`` turns false.
 
-        After each check come the server checks (``echomq._server_checks.ServerWatch``): the
+        After each check come the server checks (``echomq._redis.server_checks.ServerWatch``): the
         eviction policy after the first, the clock skew after every one. They only log, and
         never delay a stalled check.
         """

@@ -23,8 +23,8 @@ from redis.exceptions import AuthenticationError, AuthorizationError, ResponseEr
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._connection import AsyncConn
-from .._retry import TRANSIENT, RetryBackoff
+from .._redis.connection import AsyncConn
+from .._redis.retry import TRANSIENT, RetryBackoff
 from ..errors import RedisUnavailableError
 
 logger = logging.getLogger("echomq.worker")

@@ -17,7 +17,7 @@ import redis.asyncio
 
 import echomq
 from echomq import ValidationError
-from echomq import _topology as topology
+from echomq._redis import topology
 
 #: Events kept in the stream, far above what any scenario emits, so the audit sees them all.
 MAX_LEN_EVENTS = 1_000_000

@@ -24,7 +24,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.crypto import get_random_string
 
-from ... import _topology as topology
+from ..._redis import topology
 from ...errors import EchoMQError
 from ...options import JobOptions
 from ...protocol.keys import DEFAULT_PREFIX, queue_keys

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .. import scripts
 from .._flow_job import FlowJob
 from ..errors import (
     InvalidOptionError,
@@ -26,6 +25,7 @@ from ..errors import (
 from ..options import UNSET, Parent
 from ..protocol import codes
 from ..protocol.keys import QueueKeys, queue_keys
+from . import scripts
 from ._base import CommandOp, Plan, ScriptOp, flat_to_dict, hash_to_dict, now_ms, to_str
 from .add import AddOutcome, PreparedJob, prepare_job, validate_job_id
 

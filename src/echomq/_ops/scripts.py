@@ -27,8 +27,8 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import NoScriptError
 
-from ._wire import Channel, send
-from .errors import ValidationError
+from .._redis.wire import Channel, send
+from ..errors import ValidationError
 
 Arg = str | bytes | int | float
 

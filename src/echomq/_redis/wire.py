@@ -25,14 +25,14 @@ BusyLoadingError, ReadOnlyError... which the worker's outage handling relies on)
 ``decode_responses`` decodes replies, ``socket_connect_timeout`` bounds the connect,
 ``socket_timeout`` the handshake and, when the client was given one, each call, a lost
 connection raises :class:`redis.exceptions.ConnectionError`. A client echomq made from a URL
-with a connect budget (``_fail_fast``) has the whole connect done within that budget. A call is
+with a connect budget (``fail_fast``) has the whole connect done within that budget. A call is
 never sent twice: a connection found closed *before* a call is reopened, one lost *after* it
 fails the call (a non-idempotent script may or may not have run, as with any client), as it
 fails the calls collected for the iteration's write (those never left). Each call keeps its
 own reply or error: an error reply fails only its own call.
 
 Every command goes out one of two ways, chosen by :func:`send`: on a Channel (the hot script
-calls of a Queue, a Worker and QueueEvents), or through the client's own pool (``_batched``,
+calls of a Queue, a Worker and QueueEvents), or through the client's own pool (``batched``,
 which batches concurrent calls too), for clients a Channel cannot mirror and callers
 without a Channel, such as the module-level functions, whose connection of their own would have
 nobody to close it. :func:`open_channel` gives None for clients it cannot mirror: Redis
@@ -64,9 +64,8 @@ import redis.asyncio
 import redis.asyncio.connection
 from redis import exceptions as rx
 
-from . import _batched as batched
-from . import _restricted as restricted
-from ._fail_fast import FAIL_FAST_KEYS, connect_within, fail_fast_budget
+from . import batched, restricted
+from .fail_fast import FAIL_FAST_KEYS, connect_within, fail_fast_budget
 
 logger = logging.getLogger("echomq.connection")
 
@@ -171,7 +170,7 @@ def _kind(cls: type) -> str | None:
     """ "tcp", "tls" or "unix" for redis-py's asyncio connection classes and echomq's fail-fast
     variants; None for another class (it may connect in ways a Channel would not mirror)."""
     for base, kind in _KINDS:
-        if cls is base or (issubclass(cls, base) and cls.__module__ == "echomq._fail_fast"):
+        if cls is base or (issubclass(cls, base) and cls.__module__ == "echomq._redis.fail_fast"):
             return kind
     return None
 
@@ -690,7 +689,7 @@ def send(
 ) -> Awaitable[Any]:
     """One command and its reply: on ``channel`` when there is one (a raw reply), else by the
     client's public API (with redis-py's reply callback applied), concurrent calls batched
-    into pipelines (``_batched``). Never a blocking command: it would hold up its batch."""
+    into pipelines (``batched``). Never a blocking command: it would hold up its batch."""
     if channel is not None:
         return channel.call(command)
     return batched.call(client, command)

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import scripts
 from .._tracebacks import format_failure
 from ..options import backoff_from_wire, keep_jobs_to_wire, retention_from_wire
 from ..protocol import codes, fields
 from ..protocol.keys import QueueKeys
+from . import scripts
 from ._base import CommandOp, ScriptOp, flat_to_dict, to_str
 
 #: Item kinds of finishAndFetch.

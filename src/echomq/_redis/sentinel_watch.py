@@ -27,7 +27,7 @@ from typing import Any
 import redis.asyncio
 import redis.asyncio.sentinel
 
-from ._retry import TRANSIENT, RetryBackoff
+from .retry import TRANSIENT, RetryBackoff
 
 logger = logging.getLogger("echomq.connection")
 

@@ -1,9 +1,9 @@
 """Who owns a Redis client: the caller (never closed by us) or echomq (opened from a URL).
 
 Nothing connects here: redis-py clients connect lazily on their first command. A client opened
-from a URL is made by ``_fail_fast`` (with a connect budget when the owner asks for one). An
-:class:`AsyncConn` runs ops (``ops._base``) on its client and, for long-lived owners, on a
-pipelined Channel (``_wire``, which also chooses each command's way out); this module sits above
+from a URL is made by ``fail_fast`` (with a connect budget when the owner asks for one). An
+:class:`AsyncConn` runs ops (``_ops._base``) on its client and, for long-lived owners, on a
+pipelined Channel (``wire``, which also chooses each command's way out); this module sits above
 both, and nothing below it imports it.
 """
 
@@ -22,24 +22,23 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.exceptions
 
-from . import _restricted as restricted
-from . import _topology as topology
-from ._fail_fast import (
+from .._ops._base import Op, Plan, run_plan, run_plan_sync
+from .._ops.scripts import has_hash_tag
+from ..errors import ConnectionNotOpenError, ValidationError
+from ..options import Duration
+from . import restricted, topology
+from .fail_fast import (
     async_client_from_url,
     redact_url,
     server_address,
     sync_client_from_url,
     url_address,
 )
-from ._sentinel_watch import SentinelWatch, sentinel_pool
-from ._wire import Channel, open_channel
-from .errors import ConnectionNotOpenError, ValidationError
-from .ops._base import Op, Plan, run_plan, run_plan_sync
-from .options import Duration
-from .scripts import has_hash_tag
+from .sentinel_watch import SentinelWatch, sentinel_pool
+from .wire import Channel, open_channel
 
 if TYPE_CHECKING:
-    from .protocol.keys import QueueKeys
+    from ..protocol.keys import QueueKeys
 
 T = TypeVar("T")
 
@@ -103,7 +102,7 @@ def _cluster_parameters() -> frozenset[str]:
 def _name_if_allowed(address: str) -> Callable[[Any], Awaitable[None]]:
     """A ``redis_connect_func``: redis-py's handshake without the connection's name, then
     ``CLIENT SETNAME`` on its own, the connection left unnamed (and the refusal reported once,
-    see ``_restricted``) when the server has no CLIENT command or the ACL user may not run it."""
+    see ``restricted``) when the server has no CLIENT command or the ACL user may not run it."""
 
     async def handshake(connection: Any) -> None:
         name = connection.client_name
@@ -153,7 +152,7 @@ class _Addressed:
 
 class AsyncConn(_Addressed):
     """An async client plus whether we must close it, and (for long-lived owners such as a
-    Queue, a Worker or QueueEvents) a pipelined :class:`~echomq._wire.Channel` for script
+    Queue, a Worker or QueueEvents) a pipelined :class:`~echomq._redis.wire.Channel` for script
     calls, opened on first use with the client's settings.
 
     Args:
@@ -220,7 +219,7 @@ class AsyncConn(_Addressed):
 
     def _follow_failovers(self, pool: redis.asyncio.ConnectionPool | None) -> None:
         """On a Sentinel-managed client, drop the connections of the client (and of ``pool``,
-        made from it) as soon as the Sentinels switch masters (``_sentinel_watch``)."""
+        made from it) as soon as the Sentinels switch masters (``sentinel_watch``)."""
         if self._watch is None:
             own = sentinel_pool(self.client)
             if own is None:
@@ -255,7 +254,7 @@ class AsyncConn(_Addressed):
 
         A ``client_name`` is set on each connection where the server allows it; where it
         refuses ``CLIENT SETNAME`` for good (renamed away, or denied to the ACL user), the
-        connection stays unnamed and the refusal is logged once (``_restricted``).
+        connection stays unnamed and the refusal is logged once (``restricted``).
 
         Args:
             **overrides: connection keyword arguments to change (e.g. ``client_name``).

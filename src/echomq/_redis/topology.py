@@ -31,7 +31,7 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
 
-from .errors import ValidationError
+from ..errors import ValidationError
 
 #: Schemes of the topologies beyond one node, and what each means.
 SCHEMES: dict[str, tuple[Literal["sentinel", "cluster"], bool]] = {

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from .. import scripts
 from ..errors import (
     ActiveJobsError,
     InvalidOptionError,
@@ -24,6 +23,7 @@ from ..errors import (
 )
 from ..options import Duration, moment_to_ms, to_ms
 from ..protocol.keys import QueueKeys
+from . import scripts
 from ._base import Plan, ScriptOp, check_code, now_ms, to_str
 
 T = TypeVar("T")

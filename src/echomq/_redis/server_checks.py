@@ -10,7 +10,7 @@ Two settings outside echomq silently break a queue whose whole state lives in Re
 Both are reported as WARNING records of the ``echomq.server`` logger, never raised, and a
 producer's call never fails because of a check. A check whose command the server refuses for
 good (``CONFIG`` or ``TIME`` renamed away, or denied to the ACL user, as on managed Redis) says
-so once per process and server at INFO, naming the command (``_restricted``); a check cut short
+so once per process and server at INFO, naming the command (``restricted``); a check cut short
 otherwise (the server gone meanwhile) says nothing above DEBUG.
 
 When: producers (a ``Queue``, ``echomq.add`` / ``add_bulk`` and their sync twins) after their
@@ -40,9 +40,9 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from . import _restricted as restricted
-from ._connection import AsyncConn, SyncConn
-from ._wire import Channel, send
+from . import restricted
+from .connection import AsyncConn, SyncConn
+from .wire import Channel, send
 
 logger = logging.getLogger("echomq.server")
 

@@ -17,9 +17,9 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from .. import scripts
-from .._wire import Channel
+from .._redis.wire import Channel
 from ..errors import error_for_code
+from . import scripts
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -14,7 +14,7 @@ retried on another connection. A queue's pipelined Channel is not used: concurre
 share it, and a ``WAIT`` would hold all of them up.
 
 Bulk calls keep their MULTI/EXEC (``WAIT`` inside a transaction does not wait, so it follows
-the EXEC); their scripts are loaded before, as :class:`~echomq.ops.TransactionOp` does. A
+the EXEC); their scripts are loaded before, as :class:`~echomq._ops.TransactionOp` does. A
 single call that meets NOSCRIPT loads the script and runs again once. On a cluster, a
 ``MOVED`` reply (nothing was written: the node refused the call) refreshes the slot map and
 runs again once; a lost connection refreshes it for the next call.
@@ -37,10 +37,10 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis import exceptions as rx
 
-from .. import scripts
-from .._wire import Channel
+from .._redis.wire import Channel
 from ..errors import InvalidOptionError, ReplicationError
 from ..options import UNSET, Duration, _Unset, check_timeout
+from . import scripts
 from ._base import MappedOp, Op, ScriptOp, TransactionOp
 
 if TYPE_CHECKING:  # the job model imports ops

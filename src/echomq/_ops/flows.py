@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import scripts
 from ..errors import ParentNotFoundError, ValidationError
 from ..protocol import codes, fields
 from ..protocol.keys import QueueKeys, queue_keys
+from . import scripts
 from ._base import CommandOp, ScriptOp, check_code, flat_to_dict, hash_to_dict, to_str
 
 #: The four parts of a job's children, in the order results list them.

@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import scripts
 from ..errors import (
     InvalidJobIdError,
     ParentCannotBeReplacedError,
@@ -29,6 +28,7 @@ from ..options import (
 )
 from ..protocol import codes, fields
 from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys, queue_keys
+from . import scripts
 from ._base import (
     CommandOp,
     MappedOp,

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import scripts
 from ..errors import ValidationError
 from ..options import MAX_PRIORITY, Duration, to_ms
 from ..protocol import fields
 from ..protocol.keys import QueueKeys
+from . import scripts
 from ._base import CommandOp, Plan, ScriptOp, check_code, flat_to_dict, hash_to_dict, now_ms, to_str
 
 #: Every state a getter accepts. ``paused`` is the legacy v5 list, read only when asked for

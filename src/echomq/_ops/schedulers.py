@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _cron, scripts
+from .. import _cron
 from ..options import JobOptions
 from ..protocol import fields
 from ..protocol.keys import QueueKeys
@@ -25,6 +25,7 @@ from ..schedulers import (
     build_spec,
     template_wire_options,
 )
+from . import scripts
 from ._base import CommandOp, Plan, ScriptOp, check_code, hash_to_dict, now_ms, to_str
 
 

@@ -1,7 +1,7 @@
 """Commands that go out through the caller's own client, batched when they come at once.
 
 The module-level functions (``await echomq.add(..., connection=redis)``) have no Channel
-(``_wire``): nothing would close it, as the caller owns the client and each call returns at
+(``wire``): nothing would close it, as the caller owns the client and each call returns at
 once. Their commands go out on connections of the client's own pool, which ``client.aclose()``
 closes. Sent one by one, 200 concurrent adds would take 200 pooled connections (redis-py's
 pool refuses a 101st by default), a pool checkout and a round trip each, and redis-py's packing

@@ -11,7 +11,7 @@ the command and what is lost (:data:`LOST`).
 
 Only those two replies are refusals (:func:`refusal`): any other error (a lost connection, a
 busy server, a name Redis rejects) is not, and is raised or retried where it happens. This
-module imports nothing of the package, so the lowest layer (``_wire``'s handshake) can use it.
+module imports nothing of the package, so the lowest layer (``wire``'s handshake) can use it.
 """
 
 from __future__ import annotations

@@ -8,11 +8,11 @@ Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``dedup`` 
 windows), ``jobs`` (getters and single-job operations), ``admin`` (queue-wide operations),
 ``limits`` (global concurrency, rate limits and the meta hash), ``worker`` (fetching and
 finishing, lock renewal, stalled recovery), ``flows`` (a job's children: reads, waiting for
-them, unlinking and removing them; imported as ``ops.flows``, its types re-exported by
+them, unlinking and removing them; imported as ``_ops.flows``, its types re-exported by
 :mod:`echomq`), ``flow_tree`` (validating and adding whole flow trees, reading a tree back;
-imported as ``ops.flow_tree``), ``schedulers`` (job schedulers: upsert, remove, getters;
-imported as ``ops.schedulers``), ``prometheus`` (a queue's counts as Prometheus text; imported
-as ``ops.prometheus``).
+imported as ``_ops.flow_tree``), ``schedulers`` (job schedulers: upsert, remove, getters;
+imported as ``_ops.schedulers``), ``prometheus`` (a queue's counts as Prometheus text; imported
+as ``_ops.prometheus``).
 This package is internal. It must not import :mod:`echomq.job`: the job model imports it to
 bind its methods to these builders.
 """

@@ -15,7 +15,7 @@ connection's ``redis_connect_func``, with a timer that calls ``disconnect()`` (s
 socket down ends a read waiting on a silent server); a TLS handshake, which redis-py runs before
 the socket is the connection's, has ``socket_timeout`` cut to the budget, and the caller's
 ``socket_timeout`` is back on the socket once connected. The client's pool and a blocking
-client copied from it use that class; a pipelined channel (``_wire``), which opens its own
+client copied from it use that class; a pipelined channel (``wire``), which opens its own
 connections, reads the budget from the pool's connection settings (:func:`fail_fast_budget`)
 and connects through the same :func:`connect_within`. Clients the caller passes are never
 changed; a producer call on one re-raises its connection errors and timeouts as
@@ -43,10 +43,10 @@ from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import _topology as topology
-from ._retry import TRANSIENT, Outage, classify, refused_reply
-from .errors import InvalidOptionError, RedisRefusedError, RedisUnavailableError, ValidationError
-from .options import Duration, to_seconds
+from ..errors import InvalidOptionError, RedisRefusedError, RedisUnavailableError, ValidationError
+from ..options import Duration, to_seconds
+from . import topology
+from .retry import TRANSIENT, Outage, classify, refused_reply
 
 #: Seconds a producer's URL-made connection has to connect (TCP plus handshake).
 DEFAULT_CONNECT_TIMEOUT = 1.0
@@ -56,7 +56,7 @@ _SCHEMES = ("redis://", "rediss://", "unix://")
 
 def check_url(url: str) -> None:
     """Refuse a URL no client would open: redis-py's three schemes, or a Sentinel or Cluster
-    URL (``_topology``), which is parsed here so that a malformed one is refused at once."""
+    URL (``topology``), which is parsed here so that a malformed one is refused at once."""
     if topology.is_topology_url(url):
         topology.parse(url)
         return
@@ -406,7 +406,7 @@ def async_client_from_url(
 
     Args:
         url: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a Sentinel or Cluster URL
-            (``_topology``).
+            (``topology``).
         connect_timeout: seconds (or timedelta) for TCP plus handshake (for Sentinel and
             Cluster: for each TCP connect), or None for redis-py's own defaults.
         **options: more keyword arguments for redis-py's ``from_url``.
@@ -448,7 +448,7 @@ def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: 
 
 
 #: What a producer call may report as :class:`RedisUnavailableError` (see
-#: :func:`raise_unavailable`, which sorts them with the one rule, ``_retry.classify``).
+#: :func:`raise_unavailable`, which sorts them with the one rule, ``_redis.retry.classify``).
 UNREACHABLE = TRANSIENT
 
 

@@ -1,0 +1,1 @@
+"""Redis I/O: see CONTRIBUTING.md, "How the layers fit"."""
