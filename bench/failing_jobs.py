@@ -45,13 +45,22 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib.peers import PEERS, REFERENCE, REPO, Adapter, AdapterError, Peer, run_once, setup
+from benchlib.peers import (
+    PEERS,
+    REFERENCE,
+    REPO,
+    Adapter,
+    AdapterError,
+    Peer,
+    echomq_peer,
+    run_once,
+    setup,
+)
 from benchlib.redisproc import RedisServer
 from benchlib.report import publish, table
 from run import machine
@@ -59,27 +68,6 @@ from run import machine
 NODE = PEERS[REFERENCE]
 WORKLOADS = ("succeed", "fail-once")
 ATTEMPTS = 2
-
-
-@dataclass(frozen=True)
-class SourcePeer(Peer):
-    """echomq's adapter run with ``src`` first on ``PYTHONPATH`` (a checkout of its own)."""
-
-    src: str = ""
-
-    def command(self, role: str, *args: str) -> list[str]:
-        return ["env", f"PYTHONPATH={self.src}", *super().command(role, *args)]
-
-
-def echomq_peer(spec: str) -> SourcePeer:
-    label, sep, src = spec.partition("=")
-    if not sep or not label or not src:
-        raise argparse.ArgumentTypeError(f"--echomq wants LABEL=SRC, got {spec!r}")
-    path = Path(src).resolve()
-    if not (path / "echomq" / "__init__.py").is_file():
-        raise argparse.ArgumentTypeError(f"--echomq {spec}: no echomq package in {path}")
-    base = PEERS["echomq"]
-    return SourcePeer(label, "python", base.venv, base.script, installs_repo=True, src=str(path))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

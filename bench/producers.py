@@ -51,23 +51,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib.peers import PEERS, REFERENCE, REPO, AdapterError, Peer, run_once, setup
+from benchlib.peers import (
+    PEERS,
+    REFERENCE,
+    REPO,
+    AdapterError,
+    Peer,
+    echomq_peer,
+    run_once,
+    setup,
+)
 from benchlib.redisproc import RedisServer
 from benchlib.report import publish, table
 from run import machine
 
 NODE = PEERS[REFERENCE]
 QUEUE = "producers"
-
-
-@dataclass(frozen=True)
-class SourcePeer(Peer):
-    """echomq's adapter run with ``src`` first on ``PYTHONPATH`` (a checkout of its own)."""
-
-    src: str = ""
-
-    def command(self, role: str, *args: str) -> list[str]:
-        return ["env", f"PYTHONPATH={self.src}", *super().command(role, *args)]
 
 
 @dataclass(frozen=True)
@@ -78,17 +77,6 @@ class Variant:
     peer: Peer
     args: tuple[str, ...]
     reference: bool = False  # a Node column, which the others are compared with
-
-
-def echomq_peer(spec: str) -> SourcePeer:
-    label, sep, src = spec.partition("=")
-    if not sep or not label or not src:
-        raise argparse.ArgumentTypeError(f"--echomq wants LABEL=SRC, got {spec!r}")
-    path = Path(src).resolve()
-    if not (path / "echomq" / "__init__.py").is_file():
-        raise argparse.ArgumentTypeError(f"--echomq {spec}: no echomq package in {path}")
-    base = PEERS["echomq"]
-    return SourcePeer(label, "python", base.venv, base.script, installs_repo=True, src=str(path))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

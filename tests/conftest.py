@@ -12,6 +12,7 @@ Fixtures:
     fresh_server (function): factory of private AOF servers for restart and crash tests.
     redis_cluster (session): startup node URLs of a 3-master Redis Cluster.
     redis_sentinel (session): a primary, a replica and three Sentinels (``tests/_sentinel.py``).
+    topology_url: a Sentinel URL, then a Cluster URL, of the two above (the test runs on each).
     exporter / provider (function): an OpenTelemetry SDK in-memory span exporter, and a
         ``TracerProvider`` that sends every span to it (shut down after the test).
 
@@ -30,7 +31,7 @@ import pytest_asyncio
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis as AsyncRedis
 
-from _cluster import ClusterSetup
+from _cluster import ClusterSetup, cluster_url
 from _sentinel import SentinelSetup
 from echomq.embedded import RedisServer, find_redis_server
 
@@ -162,3 +163,14 @@ def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
         yield setup
     finally:
         setup.stop()
+
+
+@pytest.fixture(params=["sentinel", "cluster"])
+def topology_url(
+    request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, redis_cluster: list[str]
+) -> str:
+    """A ``redis+sentinel://`` URL of :func:`redis_sentinel`, then a ``redis+cluster://`` URL of
+    :func:`redis_cluster` (a test taking it runs once on each)."""
+    if request.param == "sentinel":
+        return redis_sentinel.url()
+    return cluster_url(redis_cluster)

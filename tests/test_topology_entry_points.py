@@ -16,12 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 from starlette.testclient import TestClient
 
 import echomq
-from _cluster import cluster_url
-from _sentinel import SentinelSetup
 from echomq import JobState, Queue
 from echomq.dashboard import create_app
 
@@ -55,15 +52,6 @@ def state_of(url: str, queue: str, job_id: str) -> JobState:
             return await q.get_state(job_id)
 
     return asyncio.run(read())
-
-
-@pytest.fixture(params=["sentinel", "cluster"])
-def topology_url(
-    request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, redis_cluster: list[str]
-) -> str:
-    if request.param == "sentinel":
-        return redis_sentinel.url()
-    return cluster_url(redis_cluster)
 
 
 def test_the_cli_adds_and_runs_jobs_on_a_topology_url(tmp_path: Path, topology_url: str) -> None:

@@ -9,6 +9,7 @@ lockfile.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -219,3 +220,24 @@ def run_once(peer: Peer, role: str, args: list[str], log: Path, timeout: float) 
     msg = a.next_message(timeout)
     a.wait()
     return msg
+
+
+@dataclass(frozen=True)
+class SourcePeer(Peer):
+    """echomq's adapter run with ``src`` first on ``PYTHONPATH`` (a checkout of its own)."""
+
+    src: str = ""
+
+    def command(self, role: str, *args: str) -> list[str]:
+        return ["env", f"PYTHONPATH={self.src}", *super().command(role, *args)]
+
+
+def echomq_peer(spec: str) -> SourcePeer:
+    label, sep, src = spec.partition("=")
+    if not sep or not label or not src:
+        raise argparse.ArgumentTypeError(f"--echomq wants LABEL=SRC, got {spec!r}")
+    path = Path(src).resolve()
+    if not (path / "echomq" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"--echomq {spec}: no echomq package in {path}")
+    base = PEERS["echomq"]
+    return SourcePeer(label, "python", base.venv, base.script, installs_repo=True, src=str(path))

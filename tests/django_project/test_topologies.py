@@ -13,23 +13,12 @@ from django.test.utils import override_settings
 from shop import tasks
 
 import echomq
-from _cluster import cluster_url
-from _sentinel import SentinelSetup
 from echomq.contrib.django.worker import run_task
 
 from .test_backend import wait_finished
 
 #: Braced, so that the queue's keys share one cluster slot.
 QUEUE = "{django-topology}"
-
-
-@pytest.fixture(params=["sentinel", "cluster"])
-def topology_url(
-    request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, redis_cluster: list[str]
-) -> str:
-    if request.param == "sentinel":
-        return redis_sentinel.url()
-    return cluster_url(redis_cluster)
 
 
 @pytest.fixture
