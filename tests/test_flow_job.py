@@ -34,8 +34,8 @@ from echomq import (
     ValidationError,
     WaitingChildrenError,
     Worker,
-    ops,
 )
+from echomq import _ops as ops
 from echomq._ops import worker as wops
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import session_of, wait_for

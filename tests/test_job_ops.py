@@ -24,8 +24,8 @@ from echomq import (
     PayloadError,
     Queue,
     ValidationError,
-    ops,
 )
+from echomq import _ops as ops
 from echomq._ops import now_ms
 from echomq.protocol.keys import QueueKeys, queue_keys
 from helpers import snapshot
