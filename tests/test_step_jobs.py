@@ -30,8 +30,11 @@ def documented_processor(packing: Queue) -> Processor:
     section = text[text.index("## Step jobs") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None, "docs/workers.md#step-jobs has no python block"
-    namespace: dict[str, Any] = {"packing": packing}
+    namespace: dict[str, Any] = {}
     exec(compile(match.group(1), str(DOC), "exec"), namespace)
+    # the block makes its own `packing` for localhost:6379 (never used: a Queue connects on
+    # its first call); the function reads the global at call time, so this one is used
+    namespace["packing"] = packing
     processor: Processor = namespace["process_order"]
     return processor
 
