@@ -172,6 +172,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "echomq._redis.restricted",
             "echomq._redis.sentinel_watch",
             "echomq._redis.batched",
+            "echomq._redis.pools",
         ),
     ),
     ("ops", ("echomq._ops.*",)),

@@ -37,6 +37,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis import exceptions as rx
 
+from .._redis import pools
 from .._redis.wire import Channel
 from ..errors import InvalidOptionError, ReplicationError
 from ..options import UNSET, Duration, _Unset, check_timeout
@@ -254,7 +255,7 @@ async def _exchange(
         finally:
             node.release(connection)
     pool = client.connection_pool
-    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    connection = await pools.take(pool)
     try:
         return await _talk(connection, commands, wait)
     finally:
@@ -293,7 +294,7 @@ def _exchange_sync(
 
 
 def _talk_sync(pool: Any, commands: list[tuple[Any, ...]], wait: float) -> list[Any]:
-    connection = pool.get_connection()
+    connection = pools.take_sync(pool)
     try:
         connection.send_packed_command(connection.pack_commands(commands))
         replies: list[Any] = []

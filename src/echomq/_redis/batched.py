@@ -39,6 +39,8 @@ import hiredis
 import redis.asyncio
 from redis import exceptions as rx
 
+from . import pools
+
 _pack = hiredis.pack_command
 Waiter = asyncio.Future[Any]
 Command = tuple[Any, ...]
@@ -74,7 +76,7 @@ async def _run(client: redis.asyncio.Redis, commands: list[Command], fast_pack: 
         return replies
 
     pool = client.connection_pool
-    conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+    conn = await pools.take(pool)
     try:
         return await conn.retry.call_with_retry(attempt, lambda _: conn.disconnect())  # type: ignore[no-any-return]
     finally:
