@@ -50,24 +50,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib.failing import ATTEMPTS, cell
 from benchlib.peers import (
     PEERS,
     REFERENCE,
     REPO,
-    Adapter,
     AdapterError,
     Peer,
     echomq_peer,
     run_once,
     setup,
 )
+from benchlib.phases import VerificationError
 from benchlib.redisproc import RedisServer
 from benchlib.report import publish, table
 from run import machine
 
 NODE = PEERS[REFERENCE]
 WORKLOADS = ("succeed", "fail-once")
-ATTEMPTS = 2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,65 +100,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return opts
 
 
-class CheckFailed(RuntimeError):
-    """A job did not complete exactly once, or did not fail exactly once."""
-
-
-def _scripts(redis: RedisServer) -> tuple[float, float]:
-    stats = redis.commandstats()
-    calls = sum(s["calls"] for k, s in stats.items() if k in ("evalsha", "eval"))
-    usec = sum(s["usec"] for k, s in stats.items() if k in ("evalsha", "eval"))
-    return calls, usec
-
-
 def run_cell(
     peer: Peer, redis: RedisServer, workload: str, concurrency: int, opts: Any, log: Path
 ) -> dict[str, Any]:
-    """Add the jobs, drain them with one worker process, check and measure."""
-    n = opts.jobs
+    """Add the jobs, drain them with one worker process, check and measure
+    (benchlib/failing.py, the failing phase's cell)."""
     queue = f"failing-{workload}-c{concurrency}"
-    base = ["--url", redis.url, "--queue", queue, "--n", str(n)]
-    redis.flushall()
-    added = run_once(
-        peer,
-        "enqueue",
-        [*base, "--mode", "bulk", "--batch", str(opts.batch), "--attempts", str(ATTEMPTS)],
-        log,
-        120,
-    )
-    if "result" not in added:
-        raise CheckFailed(f"{peer.name}: enqueue answered {added}")
-    args = [*base, "--concurrency", str(concurrency), "--timeout", "300"]
-    if workload == "fail-once":
-        args.append("--fail-once")
-    before, scripts0 = redis.snapshot(), _scripts(redis)
-    worker = Adapter(peer, "worker", args, log)
-    msg = worker.next_message(60)
-    if not msg.get("ready"):
-        worker.kill()
-        raise AdapterError(f"{peer.name}: expected ready, got {msg}")
-    msg = worker.next_message(330)
-    worker.wait(timeout=60)
-    after, scripts1 = redis.snapshot(), _scripts(redis)
-    res = msg["result"]
-    problems = []
-    if res["distinct"] != n or res["executions"] != n or res["missing_count"]:
-        problems.append(f"{res['executions']} completing runs of {res['distinct']} jobs, not {n}")
-    failed = (res.get("failed_attempts", 0), res.get("failed_distinct", 0))
-    if failed != ((n, n) if workload == "fail-once" else (0, 0)):
-        problems.append(f"{failed[0]} failed attempts of {failed[1]} jobs")
-    if problems:
-        raise CheckFailed(f"{peer.name} {workload} c={concurrency}: " + "; ".join(problems))
-    span = (res["last_ns"] - res["first_ns"]) / 1e9
-    return {
-        "rate": (n - 1) / span,
-        "seconds": span,
-        "worker_cpu_us_per_job": res["cpu_s"] * 1e6 / n,
-        "redis_cpu_us_per_job": (after["cpu_s"] - before["cpu_s"]) * 1e6 / n,
-        "redis_cmds_per_job": (after["commands"] - before["commands"]) / n,
-        "script_calls_per_job": (scripts1[0] - scripts0[0]) / n,
-        "script_us_per_job": (scripts1[1] - scripts0[1]) / n,
-    }
+    fail_once = workload == "fail-once"
+    res = cell(peer, redis, queue, opts.jobs, concurrency, fail_once, opts.batch, log)
+    if "skipped" in res:
+        raise AdapterError(f"{peer.name}: {res['skipped']}")
+    return res
 
 
 def derived(cells: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -307,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             repeats = measure(opts, peers, redis, log)
-        except (CheckFailed, AdapterError) as exc:
+        except (VerificationError, AdapterError) as exc:
             print(f"\nFAILED: {exc} (log: {log})", file=sys.stderr)
             return 1
     finally:

@@ -61,12 +61,13 @@ from benchlib.peers import (
     run_once,
     setup,
 )
+from benchlib.phases import VerificationError
+from benchlib.producers import cell
 from benchlib.redisproc import RedisServer
 from benchlib.report import publish, table
 from run import machine
 
 NODE = PEERS[REFERENCE]
-QUEUE = "producers"
 
 
 @dataclass(frozen=True)
@@ -123,52 +124,9 @@ def variants(opts: argparse.Namespace) -> list[Variant]:
     return out
 
 
-class CheckFailed(RuntimeError):
-    """A cell did not leave exactly ``--adds`` jobs waiting."""
-
-
-def _script_usec(redis: RedisServer) -> float:
-    """Microseconds Redis has spent running scripts so far (``INFO commandstats``)."""
-    stats = redis.commandstats()
-    return sum(s["usec"] for k, s in stats.items() if k in ("evalsha", "eval"))
-
-
-def _last_error(log: Path) -> str:
-    """The last line of ``log`` that names an exception (what a failed adapter raised)."""
-    lines = log.read_text(errors="replace").splitlines()
-    for line in reversed(lines):
-        if "Error:" in line or "Exception:" in line:
-            return line.strip()
-    return ""
-
-
 def run_cell(variant: Variant, redis: RedisServer, producers: int, opts: Any, log: Path) -> dict:
-    """One adapter process making the adds; measured from outside for Redis's share."""
-    n = opts.adds
-    redis.flushall()
-    base = ["--url", redis.url, "--queue", QUEUE, "--n", str(n), "--mode", "concurrent"]
-    args = [*base, "--producers", str(producers), *variant.args]
-    before, scripts0 = redis.snapshot(), _script_usec(redis)
-    try:
-        msg = run_once(variant.peer, "enqueue", args, log, 600)
-    except AdapterError as exc:  # e.g. a pool refusing the 101st connection: a result too
-        return {"error": _last_error(log) or str(exc)}
-    after, scripts1 = redis.snapshot(), _script_usec(redis)
-    if "result" not in msg:
-        raise CheckFailed(f"{variant.name} P={producers}: enqueue answered {msg}")
-    assert redis.client is not None
-    waiting = redis.client.call("LLEN", f"bull:{QUEUE}:wait")
-    if waiting != n:
-        raise CheckFailed(f"{variant.name} P={producers}: {waiting} jobs waiting, not {n}")
-    res = msg["result"]
-    return {
-        "rate": n / res["seconds"],
-        "seconds": res["seconds"],
-        "producer_cpu_us_per_add": res["cpu_s"] * 1e6 / n,
-        "redis_cpu_us_per_add": (after["cpu_s"] - before["cpu_s"]) * 1e6 / n,
-        "script_us_per_add": (scripts1 - scripts0) / n,
-        "redis_cmds_per_add": (after["commands"] - before["commands"]) / n,
-    }
+    """One adapter process making the adds (benchlib/producers.py, the producers phase's cell)."""
+    return cell(variant.peer, redis, opts.adds, producers, variant.args, log)
 
 
 def measure(
@@ -310,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         try:
             repeats = measure(opts, columns, redis, log)
-        except (CheckFailed, AdapterError) as exc:
+        except (VerificationError, AdapterError) as exc:
             print(f"\nFAILED: {exc} (log: {log})", file=sys.stderr)
             return 1
         print(f"measured in {time.monotonic() - t0:.0f} s", flush=True)

@@ -5,6 +5,7 @@
                         [--phases seq,bulk,latency,flow]
     python bench/run.py --phases cpu [--peers echomq,celery,rq,bullmq-node] [--repeats 1]
     python bench/run.py --phases scheduler --peers bullmq-node,echomq [--repeats 1]
+    python bench/run.py --phases failing,producers,lateness [--peers ...] [--repeats 3]
 
 Runs on the system Python with the standard library only. It builds each peer's
 environment (bench/.venvs/<peer>, bench/node/node_modules), starts its own redis-server
@@ -16,12 +17,28 @@ The flow phase (benchlib/flows.py) runs only for peers with a flow API (BullMQ f
 echomq); the others show n/a there. By default it adds --jobs / --flow-children trees
 (1 000 trees of 1 parent + 10 children for the default 10 000 jobs), --flow-batch trees
 per bulk flow call, and drains them with one worker at concurrency 50. It runs after the
-other phases, repeat by repeat across the peers, so load drift on the machine hits them alike.
+other phases, repeat by repeat across the peers (their order rotating from one repeat to the
+next), so load drift on the machine hits them alike; so do the phases below.
 
 The scheduler phase (benchlib/schedulers.py) is not in the default list (it adds ~35 s per
 peer and repeat): --phases scheduler runs --schedulers every-schedulers of --scheduler-every s
 with one worker at concurrency 50 for --scheduler-duration s, for peers with job schedulers
 (BullMQ for Node, echomq), repeat by repeat across the peers like the flow phase.
+
+Three more phases are not in the default list either; each runs for every peer whose library
+can express it, and the report says why the others could not:
+
+* failing (benchlib/failing.py): --failing-jobs jobs (default --jobs) with 2 attempts and no
+  backoff, drained by one worker at each --failing-concurrency (50) whose processor fails each
+  job's first attempt; jobs/s, and every job must have failed once and succeeded once;
+* producers (benchlib/producers.py): --adds adds (20 000) from each --producers count (10,200)
+  of concurrent producers on one queue object, for libraries with an asyncio producer (BullMQ
+  for Node twice: with and without ioredis auto-pipelining); adds/s, and the count in Redis;
+* lateness (benchlib/lateness.py): --lateness-jobs delayed jobs (default --jobs), delays spread
+  over --lateness-span s (10), added up front, run by one worker at --lateness-concurrency (50);
+  p50/p99/max of processor start - due time.
+
+Celery (``--peers ...,celery``) is a peer of its own, not in the default list.
 
 Adapters speak a one-line JSON protocol: see bench/peers/_common.py.
 """
@@ -42,13 +59,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import cpu, report  # noqa: E402
-from benchlib.flows import CONCURRENCY, flow  # noqa: E402
-from benchlib.peers import DEFAULT_PEERS, PEERS, REFERENCE, UVLOOP_PEER, Peer, run_once, setup  # noqa: E402
-from benchlib.phases import EXTRA_PHASES, PHASES, VerificationError, one_repeat  # noqa: E402
-from benchlib.redisproc import RedisServer  # noqa: E402
-from benchlib.schedulers import CONCURRENCY as SCHEDULER_CONCURRENCY  # noqa: E402
-from benchlib.schedulers import scheduler  # noqa: E402
+from benchlib import cpu, report
+from benchlib.failing import ATTEMPTS, failing
+from benchlib.flows import CONCURRENCY, flow
+from benchlib.lateness import lateness
+from benchlib.peers import DEFAULT_PEERS, PEERS, REFERENCE, UVLOOP_PEER, Peer, run_once, setup
+from benchlib.phases import EXTRA_PHASES, PHASES, VerificationError, one_repeat
+from benchlib.producers import producers
+from benchlib.redisproc import RedisServer
+from benchlib.schedulers import CONCURRENCY as SCHEDULER_CONCURRENCY
+from benchlib.schedulers import scheduler
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--peers",
         default=",".join(DEFAULT_PEERS),
-        help=f"comma-separated, from: {', '.join(PEERS)} (default: all)",
+        help=f"comma-separated, from: {', '.join(PEERS)} (default: {','.join(DEFAULT_PEERS)})",
     )
     p.add_argument("--uvloop", action="store_true", help="also run echomq on uvloop")
     p.add_argument("--output", type=Path, help="write FILE.md (table) and FILE.json (all data)")
@@ -89,6 +109,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--flow-children", type=int, default=10, help="children per tree (10)")
     p.add_argument("--flow-batch", type=int, default=100, help="trees per bulk flow call (100)")
+    p.add_argument(
+        "--failing-jobs", type=int, default=None, help="failing phase: jobs (default --jobs)"
+    )
+    p.add_argument(
+        "--failing-concurrency", default="50", help="failing phase: worker concurrencies (50)"
+    )
+    p.add_argument("--adds", type=int, default=20000, help="producers phase: adds (20000)")
+    p.add_argument(
+        "--producers", default="10,200", help="producers phase: concurrent producers (10,200)"
+    )
+    p.add_argument(
+        "--lateness-jobs", type=int, default=None, help="lateness phase: jobs (default --jobs)"
+    )
+    p.add_argument(
+        "--lateness-span", type=float, default=10.0, help="lateness phase: delays over (10 s)"
+    )
+    p.add_argument(
+        "--lateness-concurrency", type=int, default=50, help="lateness phase: concurrency (50)"
+    )
     p.add_argument("--redis-server", default="redis-server", help="redis-server binary")
     p.add_argument("--no-setup", action="store_true", help="do not create/refresh environments")
     p.add_argument("--setup-only", action="store_true", help="only create the environments")
@@ -108,7 +147,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     opts.phases = [x for x in known if x in phases]
     if opts.flows is None:
         opts.flows = max(1, opts.jobs // max(1, opts.flow_children))
+    if opts.lateness_jobs is None:
+        opts.lateness_jobs = opts.jobs
+    if opts.failing_jobs is None:
+        opts.failing_jobs = opts.jobs
+    try:
+        opts.failing_concurrencies = _ints(opts.failing_concurrency)
+        opts.producer_counts = _ints(opts.producers)
+    except ValueError as exc:
+        p.error(f"--failing-concurrency / --producers: {exc}")
     return opts
+
+
+def _ints(spec: str) -> list[int]:
+    values = [int(x) for x in spec.split(",") if x.strip()]
+    if not values or min(values) < 1:
+        raise ValueError(f"want positive integers, got {spec!r}")
+    return values
 
 
 def select_peers(spec: str, uvloop: bool) -> list[Peer]:
@@ -207,66 +262,78 @@ def run_peer(
     return entry
 
 
-def run_flows(
+#: The phases run repeat by repeat across the peers: name -> the phase for one peer and repeat.
+ALTERNATING: dict[str, Any] = {
+    "flow": lambda peer, redis, opts, log: flow(
+        peer, redis, opts.flows, opts.flow_children, opts.flow_batch, log
+    ),
+    "scheduler": lambda peer, redis, opts, log: scheduler(
+        peer,
+        redis,
+        opts.schedulers,
+        opts.scheduler_every,
+        opts.scheduler_duration,
+        log,
+    ),
+    "failing": lambda peer, redis, opts, log: failing(
+        peer, redis, opts.failing_jobs, opts.failing_concurrencies, opts.batch, log
+    ),
+    "producers": lambda peer, redis, opts, log: producers(
+        peer, redis, opts.adds, opts.producer_counts, log
+    ),
+    "lateness": lambda peer, redis, opts, log: lateness(
+        peer,
+        redis,
+        opts.lateness_jobs,
+        opts.lateness_span,
+        opts.lateness_concurrency,
+        opts.batch,
+        log,
+    ),
+}
+
+
+def run_alternating(
+    phase: str,
     pairs: list[tuple[Peer, dict[str, Any]]],
     redis: RedisServer,
     opts: argparse.Namespace,
     logdir: Path,
 ) -> None:
-    """The flow phase, repeat by repeat across the peers (A B C, A B C, ...), so a change in
-    the machine's load over the run hits every peer alike. Peers without flows get None."""
+    """One phase, repeat by repeat across the peers (A B C, B C A, C A B, ...), so a change in
+    the machine's load over the run hits every peer alike. A peer that cannot express the phase
+    gets None (no flow API, no job schedulers) or ``{"skipped": why}``. A verification failure
+    fails that phase and repeat (``{"failed": what}``, also in the entry's ``phase_failures``,
+    and the exit status), not the peer's other phases; any other error fails the peer."""
     for r in range(opts.repeats):
-        for peer, entry in pairs:
+        k = r % len(pairs) if pairs else 0
+        for peer, entry in pairs[k:] + pairs[:k]:
             if entry["status"] != "ok" or len(entry["repeats"]) <= r:
                 continue
             log = logdir / f"{peer.name}.log"
             t0 = time.monotonic()
             try:
-                entry["repeats"][r]["flow"] = flow(
-                    peer, redis, opts.flows, opts.flow_children, opts.flow_batch, log
-                )
+                res = entry["repeats"][r][phase] = ALTERNATING[phase](peer, redis, opts, log)
+            except VerificationError as exc:
+                entry["repeats"][r][phase] = {"failed": str(exc)}
+                entry.setdefault("phase_failures", []).append(f"repeat {r + 1}: {exc}")
+                print("\n" + "!" * 78 + f"\n{exc}\n" + "!" * 78 + "\n", file=sys.stderr, flush=True)
+                redis.flushall()
+                continue
             except Exception as exc:
                 _record_failure(entry, exc, log)
                 continue
-            if peer.flows:
-                print(
-                    f"  {peer.name}: flow repeat {r + 1}/{opts.repeats} done in "
-                    f"{time.monotonic() - t0:.1f}s",
-                    flush=True,
-                )
-
-
-def run_schedulers(
-    pairs: list[tuple[Peer, dict[str, Any]]],
-    redis: RedisServer,
-    opts: argparse.Namespace,
-    logdir: Path,
-) -> None:
-    """The scheduler phase, repeat by repeat across the peers, as :func:`run_flows`."""
-    for r in range(opts.repeats):
-        for peer, entry in pairs:
-            if entry["status"] != "ok" or len(entry["repeats"]) <= r:
+            if res is None:
                 continue
-            log = logdir / f"{peer.name}.log"
-            t0 = time.monotonic()
-            try:
-                entry["repeats"][r]["scheduler"] = scheduler(
-                    peer,
-                    redis,
-                    opts.schedulers,
-                    opts.scheduler_every,
-                    opts.scheduler_duration,
-                    log,
-                )
-            except Exception as exc:
-                _record_failure(entry, exc, log)
+            if "skipped" in res and len(res) == 1:
+                if r == 0:
+                    print(f"  {peer.name}: no {phase} phase: {res['skipped']}", flush=True)
                 continue
-            if peer.schedulers:
-                print(
-                    f"  {peer.name}: scheduler repeat {r + 1}/{opts.repeats} done in "
-                    f"{time.monotonic() - t0:.1f}s",
-                    flush=True,
-                )
+            print(
+                f"  {peer.name}: {phase} repeat {r + 1}/{opts.repeats} done in "
+                f"{time.monotonic() - t0:.1f}s",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,10 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         results = [run_peer(p, redis, opts, workdir) for p in usable]
-        if "flow" in opts.phases:
-            run_flows(list(zip(usable, results)), redis, opts, workdir)
-        if "scheduler" in opts.phases:
-            run_schedulers(list(zip(usable, results)), redis, opts, workdir)
+        for phase in ALTERNATING:
+            if phase in opts.phases:
+                run_alternating(phase, list(zip(usable, results)), redis, opts, workdir)
     finally:
         redis.stop()
     for entry in results:
@@ -338,6 +404,17 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": opts.scheduler_duration,
             "concurrency": SCHEDULER_CONCURRENCY,
         },
+        "failing": {
+            "jobs": opts.failing_jobs,
+            "attempts": ATTEMPTS,
+            "concurrencies": opts.failing_concurrencies,
+        },
+        "producers": {"adds": opts.adds, "counts": opts.producer_counts},
+        "lateness": {
+            "jobs": opts.lateness_jobs,
+            "span_s": opts.lateness_span,
+            "concurrency": opts.lateness_concurrency,
+        },
         "machine": env | {"loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "reference": REFERENCE,
         "results": results,
@@ -345,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     text = report.render(data)
     report.publish(text, data, opts.output)
-    return 0 if all(r["status"] == "ok" for r in results) else 1
+    return 0 if all(r["status"] == "ok" and not r.get("phase_failures") for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -66,9 +66,10 @@ class WorkerProcs:
         stalled_interval: float = 0.5,
         drain_delay: float = 0.2,
         extra: tuple[str, ...] = (),
+        processor: str = PROCESSOR,
     ) -> WorkerProc:
-        """Start ``echomq worker procs.recording:process`` on ``queue``."""
-        args = [sys.executable, "-m", "echomq.cli", "worker", PROCESSOR, "--queue", queue]
+        """Start ``echomq worker procs.recording:process`` (or ``processor``) on ``queue``."""
+        args = [sys.executable, "-m", "echomq.cli", "worker", processor, "--queue", queue]
         args += ["--url", self._url, "--concurrency", str(concurrency)]
         args += ["--lock-duration", str(lock_duration), "--stalled-interval", str(stalled_interval)]
         args += ["--drain-delay", str(drain_delay), "--close-grace", "2"]

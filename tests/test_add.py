@@ -23,7 +23,8 @@ from redis.asyncio import Redis
 import echomq
 from echomq import Backoff, JobOptions, KeepJobs, Queue
 from echomq import _ops as ops
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._keys import queue_keys
+from echomq.protocol.keys import QueueKeys
 from helpers import snapshot
 
 P32 = 2**32

@@ -20,7 +20,11 @@ import redis.exceptions as redis_errors
 
 import echomq
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import scripts
+from echomq._redis.run import run_op
+from echomq._redis.run_sync import run_op as run_op_sync
+from echomq._redis.run_sync import run_plan as run_plan_sync
 from echomq.errors import (
     ActiveJobsError,
     JobBelongsToSchedulerError,
@@ -29,7 +33,7 @@ from echomq.errors import (
     ValidationError,
 )
 from echomq.options import JobOptions
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq.protocol.keys import QueueKeys
 from echomq.queue import (
     Queue,
     clean,
@@ -120,7 +124,7 @@ async def add_child(r: R, keys: QueueKeys, parent: QueueKeys, parent_id: str, jo
     op = ops.add_job(
         keys, ops.prepare_job("child", {}, JobOptions(job_id=job_id)), parent=(parent, parent_id)
     )
-    return await op.run(r)
+    return await run_op(r, op)
 
 
 def other_queue(keys: QueueKeys, suffix: str = "other") -> QueueKeys:
@@ -166,7 +170,7 @@ class CountingRunner:
             while True:
                 assert isinstance(op, ops.ScriptOp)
                 self.ops.append(op)
-                op = plan.send(await op.run(self.r))
+                op = plan.send(await run_op(self.r, op))
         except StopIteration as done:
             return done.value
 
@@ -490,7 +494,7 @@ async def test_drain_in_bounded_batches(redis_decoded: R, keys: QueueKeys) -> No
         while True:
             runner.ops.append(op)  # type: ignore[arg-type]
             before = await r.llen(keys.wait) + await r.zcard(keys.prioritized)
-            result = await op.run(r)
+            result = await run_op(r, op)
             sizes.append(before - await r.llen(keys.wait) - await r.zcard(keys.prioritized))
             op = plan.send(result)
     except StopIteration:
@@ -709,7 +713,7 @@ async def test_obliterate_in_bounded_batches(redis_decoded: R, keys: QueueKeys) 
         op = next(plan)
         while True:
             runner.ops.append(op)  # type: ignore[arg-type]
-            result = await op.run(r)
+            result = await run_op(r, op)
             left.append(await r.llen(keys.wait) + await r.zcard(keys.delayed))
             op = plan.send(result)
     except StopIteration:
@@ -725,12 +729,12 @@ async def test_obliterate_refuses_a_queue_resumed_midway(redis_decoded: R, keys:
     r = redis_decoded
     await add_waiting(r, keys, 2500)
     plan = ops.obliterate_plan(keys)
-    assert await next(plan).run(r) is True
+    assert await run_op(r, next(plan)) is True
     await echomq.queue.resume(keys.name, connection=r)
     second = plan.send(True)
     before = await queue_snapshot(r, keys)
     with pytest.raises(QueueNotPausedError):
-        await second.run(r)
+        await run_op(r, second)
     assert await queue_snapshot(r, keys) == before
     assert await r.llen(keys.wait) == 1500
 
@@ -858,7 +862,7 @@ async def test_state_picked_from_argv_must_be_declared(
     before = await queue_snapshot(redis, keys)
     op = ops.ScriptOp(scripts.get(script), keys.script_keys[script], args, lambda r: r)
     with pytest.raises(redis_errors.ResponseError, match="unknown state"):
-        await op.run(redis)
+        await run_op(redis, op)
     assert await queue_snapshot(redis, keys) == before
 
 
@@ -877,9 +881,9 @@ def test_plans_run_on_a_sync_client(sync_redis: Any, queue_name: str) -> None:
     for i in range(5):
         sync_redis.lpush(keys.wait, str(i))
         sync_redis.hset(keys.job(str(i)), "name", "j")
-    ops.run_plan_sync(sync_redis, ops.drain_plan(keys, budget=2))
+    run_plan_sync(sync_redis, ops.drain_plan(keys, budget=2))
     assert not sync_redis.exists(keys.wait, keys.job("0"))
-    assert ops.remove_job(keys, "gone").run_sync(sync_redis) is False
+    assert run_op_sync(sync_redis, ops.remove_job(keys, "gone")) is False
 
 
 async def test_module_functions_accept_a_url(redis_url: str, redis: R, keys: QueueKeys) -> None:

@@ -373,6 +373,8 @@ def test_worker_flag_errors(
     assert "--limit-max and --limit-duration go together" in capsys.readouterr().err
     assert main([*base, "--concurrency", "0"]) == 2
     assert "concurrency" in capsys.readouterr().err
+    assert main([*base, "--metrics-data-points", "0"]) == 2
+    assert "--metrics-data-points must be at least 1" in capsys.readouterr().err
     if importlib.util.find_spec("uvloop") is None:
         assert main([*base, "--uvloop"]) == 2
         assert "pip install 'echomq[uvloop]'" in capsys.readouterr().err
@@ -413,6 +415,68 @@ def test_worker_processes_jobs_and_stops_on_sigterm(
     log = worker_log(project)
     assert f"queue={queue_name} job={ids[0]} name=double attempt=1 completed" in log
     assert "received SIGTERM" in log
+
+
+def metrics_of(url: str, queue: str) -> dict[str, Any]:
+    """The raw metrics keys of ``queue``: each hash and its data list's length and TTL-less
+    existence, read straight from Redis (BullMQ's layout)."""
+    with SyncRedis.from_url(url, decode_responses=True) as r:
+        found: dict[str, Any] = {}
+        for kind in ("completed", "failed"):
+            key = f"bull:{queue}:metrics:{kind}"
+            found[kind] = r.hgetall(key)
+            found[f"{kind}:data"] = r.exists(f"{key}:data")
+        return found
+
+
+@pytest.mark.parametrize(
+    ("flags", "recorded"),
+    [((), True), (("--metrics-data-points", "5"), True), (("--no-metrics",), False)],
+    ids=["default", "data-points", "off"],
+)
+def test_the_cli_worker_records_per_minute_metrics_unless_told_not_to(
+    start_worker: Callable[..., subprocess.Popen[bytes]],
+    project: Path,
+    redis_url: str,
+    queue_name: str,
+    flags: tuple[str, ...],
+    recorded: bool,
+) -> None:
+    add(redis_url, queue_name, *[("double", {"x": i}) for i in range(3)], ("bad", {}))
+    proc = start_worker(*flags)
+    wait_until(
+        lambda: sum(counts(redis_url, queue_name)[s] for s in ("completed", "failed")) == 4,
+        "4 finished jobs",
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0
+    found = metrics_of(redis_url, queue_name)
+    if recorded:
+        assert found["completed"]["count"] == "3" and found["failed"]["count"] == "1"
+        assert {"prevTS", "prevCount"} <= set(found["completed"])
+        metrics = "metrics kept 5 min" if flags else "metrics kept 20160 min"
+    else:
+        assert found == {"completed": {}, "completed:data": 0, "failed": {}, "failed:data": 0}
+        metrics = "no metrics"
+    assert f"concurrency 1, {metrics}, on" in worker_log(project)
+
+
+def test_the_metrics_data_points_bound_the_stored_minutes(
+    start_worker: Callable[..., subprocess.Popen[bytes]], redis_url: str, queue_name: str
+) -> None:
+    """``--metrics-data-points`` reaches the script: minutes rolled over are kept up to N."""
+    key = f"bull:{queue_name}:metrics:completed"
+    with SyncRedis.from_url(redis_url, decode_responses=True) as r:
+        # A roll-over pending for an hour: the next finish writes min(60, N) minutes.
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        r.hset(key, mapping={"count": 0, "prevTS": hour_ago, "prevCount": 0})
+    add(redis_url, queue_name, ("double", {"x": 1}))
+    proc = start_worker("--metrics-data-points", "7")
+    wait_until(completed_count(redis_url, queue_name, 1), "the job to complete")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=DEADLINE) == 0
+    with SyncRedis.from_url(redis_url, decode_responses=True) as r:
+        assert r.llen(f"{key}:data") == 7
 
 
 def test_an_idle_worker_at_concurrency_50_starts_each_new_job_at_once(
@@ -485,6 +549,52 @@ def test_second_signal_hands_running_jobs_back_and_a_third_exits_at_once(
     assert (after["active"], after["waiting"]) == (0, 1)  # handed back, not left to stall
 
 
+def test_a_sync_processor_stuck_past_the_grace_exits_3_and_its_job_goes_back(
+    project: Path, redis_url: str, queue_name: str
+) -> None:
+    """A sync processor's thread cannot be cancelled: after the close grace its job goes back
+    to wait and the CLI exits with code 3 at once (Python would wait for the thread)."""
+    (project / "stuck_procs.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            import pathlib
+            import time
+
+            def stuck(job):
+                pathlib.Path(os.environ["MARKER"]).write_text(job.id)
+                time.sleep(60)
+            """
+        )
+    )
+    (job_id,) = add(redis_url, queue_name, ("stuck", {}))
+    done = project / "done.log"
+    with open(done, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "echomq.cli", "worker", "stuck_procs:stuck"]
+            + ["--queue", queue_name, "--url", redis_url, "--close-grace", "0.5"],
+            cwd=project,
+            env=cli_env(MARKER=str(project / "started")),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    try:
+        wait_until((project / "started").exists, "the stuck job to start")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=DEADLINE) == 3
+        assert time.monotonic() - started < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (
+        f"without waiting for the sync processor thread(s) of job(s) {job_id}" in done.read_text()
+    )
+    after = counts(redis_url, queue_name)
+    assert (after["active"], after["waiting"]) == (0, 1)
+
+
 # -- demo ------------------------------------------------------------------------------------
 
 
@@ -517,6 +627,22 @@ def test_demo_reports_throughput_and_retries(redis_url: str, queue_name: str) ->
     assert "300 completed, 0 failed, 6 retried" in done.stdout
     assert "300/300 100%" in done.stderr
     assert counts(redis_url, queue_name)["completed"] == 300
+    found = metrics_of(redis_url, queue_name)
+    # BullMQ's metrics count finished jobs: the 6 retried attempts are not failures.
+    assert found["completed"]["count"] == "300" and found["failed"] == {}
+
+
+def test_demo_without_metrics_records_none(redis_url: str, queue_name: str) -> None:
+    done = run_demo(
+        "--jobs", "60", "--queue", queue_name, "--url", redis_url, "--no-metrics", env=cli_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert metrics_of(redis_url, queue_name) == {
+        "completed": {},
+        "completed:data": 0,
+        "failed": {},
+        "failed:data": 0,
+    }
 
 
 def test_demo_uses_the_embedded_server_by_default(tmp_path: Path) -> None:

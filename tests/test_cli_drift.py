@@ -356,10 +356,10 @@ def readme_blocks(language: str) -> list[str]:
 
 def run_readme(env: dict[str, str], cwd: Path) -> str:
     """Run the README's Python examples, then its shell lines that return; their stdout."""
-    python, sync = readme_blocks("python")
+    python, task, sync = readme_blocks("python")
     (shell,) = readme_blocks("sh")
     out = []
-    for n, block in enumerate((python, sync)):
+    for n, block in enumerate((python, task, sync)):
         script = cwd / f"readme_{n}.py"
         script.write_text(block)
         done = subprocess.run(
@@ -389,6 +389,7 @@ def test_the_readme_examples_run_on_the_embedded_server(data_dir: Path, tmp_path
     out = run_readme(base_env(ECHOMQ_DATA_DIR=str(data_dir)), tmp_path)
     assert "sending ada@example.com" in out
     assert "{'sent': True}" in out
+    assert "hello Ada <ada@example.com>" in out  # the task's typed result
     assert re.search(r"^emails\s+2\s", out, re.M), out  # the sync add and the CLI's add wait
     assert (data_dir / "redis.sock").exists()
 
@@ -403,4 +404,5 @@ def test_the_readme_examples_run_on_your_own_redis(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert "sending ada@example.com" in out
+    assert "hello Ada <ada@example.com>" in out
     assert re.search(r"^emails\s+2\s", out, re.M), out

@@ -410,6 +410,27 @@ def test_queues_lists_the_queues_of_a_prefix_with_counts(no_keys_server: str) ->
     assert (none.returncode, none.stdout) == (0, "no queues under prefix 'nothing-here'\n")
 
 
+def test_queues_lists_the_others_when_one_cannot_be_read(redis_url: str) -> None:
+    add_jobs(redis_url, "fine", 2, prefix="odd")
+    add_jobs(redis_url, "broken", 1, prefix="odd")
+    client = SyncRedis.from_url(redis_url)
+    try:
+        client.delete("odd:broken:wait")
+        client.set("odd:broken:wait", "not a list")  # LLEN answers WRONGTYPE
+    finally:
+        client.close()
+    done = cli("queues", "--prefix", "odd", "--url", redis_url, env=base_env())
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[1:]}
+    assert rows == {"broken": ["?"] * 6, "fine": ["2", "0", "0", "0", "0", "0"]}
+    assert "echomq: queue 'broken' cannot be read: " in done.stderr
+    assert "WRONGTYPE" in done.stderr and "odd:broken:wait" in done.stderr
+    listed = cli("queues", "--prefix", "odd", "--json", "--url", redis_url, env=base_env())
+    as_json = json.loads(listed.stdout)
+    assert [q["queue"] for q in as_json] == ["broken", "fine"]
+    assert "WRONGTYPE" in as_json[0]["error"] and as_json[1]["counts"]["waiting"] == 2
+
+
 # -- demo ------------------------------------------------------------------------------------
 
 
@@ -500,7 +521,7 @@ def test_a_reader_that_went_away_ends_the_command_quietly(
     assert "Traceback" not in text
     assert "BrokenPipe" not in text
     assert "Exception ignored" not in text
-    assert proc.returncode == 141
+    assert proc.returncode == 141, text
 
 
 def test_help_to_a_reader_that_went_away_is_quiet() -> None:

@@ -27,9 +27,11 @@ from _cluster import ClusterSetup, cluster_url
 from _failover import ride_through
 from echomq import JobOptions, JobState, Queue, Worker
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import worker as wops
 from echomq._redis.fail_fast import server_address
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._redis.run import run_op
+from echomq.protocol.keys import QueueKeys
 from helpers import close_sync_cluster, wait_for
 
 LAYOUTS = [
@@ -175,16 +177,16 @@ async def test_declared_key_scripts_on_a_cluster(
     name = make_name()
     keys = queue_keys(name, prefix)
     job = ops.prepare_job("n", {}, JobOptions())
-    parent = await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
-    child = await ops.add_job(keys, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
+    parent = await run_op(cluster, ops.add_job(keys, job))  # type: ignore[arg-type]
+    child = await run_op(cluster, ops.add_job(keys, job, (keys, parent)))  # type: ignore[arg-type]
     params = wops.FetchParams("tok:", 30_000, metrics_max_points=10)
     now = ops.now_ms()
-    got = await wops.finish_and_fetch(keys, [], 2, 1, params, now).run(cluster)  # type: ignore[arg-type]
+    got = await run_op(cluster, wops.finish_and_fetch(keys, [], 2, 1, params, now))  # type: ignore[arg-type]
     assert [j.id for j in got.jobs] == [parent, child]
     renewed = wops.extend_locks(keys, [parent, child], ["tok:1", "tok:2"], 30_000)
-    assert await renewed.run(cluster) == []  # type: ignore[arg-type]
+    assert await run_op(cluster, renewed) == []  # type: ignore[arg-type]
     done = wops.finish_item(wops.COMPLETE, child, "tok:2", "1")
-    reply = await wops.finish_and_fetch(keys, [done], 1, 3, params, now).run(cluster)  # type: ignore[arg-type]
+    reply = await run_op(cluster, wops.finish_and_fetch(keys, [done], 1, 3, params, now))  # type: ignore[arg-type]
     assert reply.codes == [0]
     assert await cluster.hget(keys.metrics_completed, "count") == "1"
     assert await cluster.smembers(keys.job(parent) + ":dependencies") == set()
@@ -192,7 +194,7 @@ async def test_declared_key_scripts_on_a_cluster(
 
 async def _waiting_parent(cluster: RedisCluster, keys: QueueKeys) -> str:
     """A parent job in ``waiting-children``, as addParentJob leaves one."""
-    parent = await ops.add_job(keys, ops.prepare_job("p", {}, JobOptions())).run(cluster)  # type: ignore[arg-type]
+    parent = await run_op(cluster, ops.add_job(keys, ops.prepare_job("p", {}, JobOptions())))  # type: ignore[arg-type]
     await cluster.lrem(keys.wait, 0, parent)
     await cluster.zadd(keys.waiting_children, {parent: 1})
     return parent
@@ -212,41 +214,41 @@ async def test_recovery_and_admin_scripts_on_a_cluster(
     params = wops.FetchParams("tok:", 30_000)
 
     parent = await _waiting_parent(cluster, keys)
-    far = await ops.add_job(other, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
-    near = await ops.add_job(keys, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
-    got = await wops.finish_and_fetch(other, [], 1, 1, params, ops.now_ms()).run(cluster)  # type: ignore[arg-type]
+    far = await run_op(cluster, ops.add_job(other, job, (keys, parent)))  # type: ignore[arg-type]
+    near = await run_op(cluster, ops.add_job(keys, job, (keys, parent)))  # type: ignore[arg-type]
+    got = await run_op(cluster, wops.finish_and_fetch(other, [], 1, 1, params, ops.now_ms()))  # type: ignore[arg-type]
     assert [j.id for j in got.jobs] == [far]
     handed_back = wops.move_job_from_active_to_wait(other, far, "tok:1")
-    assert await handed_back.run(cluster) == 0  # type: ignore[arg-type]
-    got = await wops.finish_and_fetch(other, [], 1, 2, params, ops.now_ms()).run(cluster)  # type: ignore[arg-type]
+    assert await run_op(cluster, handed_back) == 0  # type: ignore[arg-type]
+    got = await run_op(cluster, wops.finish_and_fetch(other, [], 1, 2, params, ops.now_ms()))  # type: ignore[arg-type]
     assert [j.id for j in got.jobs] == [far]
     stalled = wops.move_stalled_jobs_to_wait(other, 1, 30_000, ops.now_ms())
-    assert (await stalled.run(cluster)).recovered == []  # type: ignore[arg-type]
+    assert (await run_op(cluster, stalled)).recovered == []  # type: ignore[arg-type]
     await cluster.delete(other.lock(far), other.stalled_check)  # the lock expired
-    assert (await stalled.run(cluster)).recovered == [far]  # type: ignore[arg-type]
+    assert (await run_op(cluster, stalled)).recovered == [far]  # type: ignore[arg-type]
 
-    assert await ops.remove_job(keys, parent).run(cluster) is True  # type: ignore[arg-type]
+    assert await run_op(cluster, ops.remove_job(keys, parent)) is True  # type: ignore[arg-type]
     for k in (keys.job(parent), keys.job(near), other.job(far)):
         assert not await cluster.exists(k)
     assert (await cluster.xrevrange(other.events, count=1))[0][1]["event"] == "removed"
 
     # Hard removal of a child releases its parent in the other queue.
     parent = await _waiting_parent(cluster, keys)
-    await ops.add_job(other, job, (keys, parent)).run(cluster)  # type: ignore[arg-type]
-    assert await ops.drain_batch(other, delayed=False).run(cluster) is False  # type: ignore[arg-type]
+    await run_op(cluster, ops.add_job(other, job, (keys, parent)))  # type: ignore[arg-type]
+    assert await run_op(cluster, ops.drain_batch(other, delayed=False)) is False  # type: ignore[arg-type]
     assert await cluster.lrange(keys.wait, 0, -1) == [parent]
 
-    done = await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
+    done = await run_op(cluster, ops.add_job(keys, job))  # type: ignore[arg-type]
     await cluster.lrem(keys.wait, 0, done)
     await cluster.zadd(keys.completed, {done: 1})  # simulates a worker
     retry = ops.move_jobs_to_wait(keys, state="completed", count=10, max_score="+inf")
-    assert await retry.run(cluster) is False  # type: ignore[arg-type]
+    assert await run_op(cluster, retry) is False  # type: ignore[arg-type]
     assert await cluster.lrange(keys.wait, 0, -1) == [done, parent]
     cleaned = ops.clean_batch(keys, cutoff_ms=ops.now_ms() + 1000, batch=10, state="wait")
-    assert sorted((await cleaned.run(cluster)).removed) == sorted([done, parent])  # type: ignore[arg-type]
+    assert sorted((await run_op(cluster, cleaned)).removed) == sorted([done, parent])  # type: ignore[arg-type]
 
-    await ops.add_job(keys, job).run(cluster)  # type: ignore[arg-type]
-    assert await ops.obliterate_batch(keys, force=True).run(cluster) is False  # type: ignore[arg-type]
+    await run_op(cluster, ops.add_job(keys, job))  # type: ignore[arg-type]
+    assert await run_op(cluster, ops.obliterate_batch(keys, force=True)) is False  # type: ignore[arg-type]
     assert not await cluster.exists(keys.meta, keys.wait, keys.events)
 
 

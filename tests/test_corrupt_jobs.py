@@ -19,8 +19,10 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Job, Queue, Worker
+from echomq._keys import queue_keys
 from echomq._ops import worker as wops
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._redis.run import run_op
+from echomq.protocol.keys import QueueKeys
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
@@ -273,13 +275,13 @@ async def test_stalled_check_reply_lists_recovered_and_dangling(
     await redis.lpush(keys.active, "ghost")
     await redis.sadd(keys.stalled, job.id, "ghost")
     now = int(time.time() * 1000)
-    reply = await wops.move_stalled_jobs_to_wait(keys, 1, 30_000, now).run(redis)
+    reply = await run_op(redis, wops.move_stalled_jobs_to_wait(keys, 1, 30_000, now))
     assert reply == wops.StalledReply(recovered=[job.id], dangling=["ghost"])
     assert await states_holding(redis, keys, job.id) == ["wait"]
     assert await states_holding(redis, keys, "ghost") == []
     assert not await redis.exists(keys.job("ghost"))
     # throttled: a second check within the interval does nothing
-    again = await wops.move_stalled_jobs_to_wait(keys, 1, 30_000, now).run(redis)
+    again = await run_op(redis, wops.move_stalled_jobs_to_wait(keys, 1, 30_000, now))
     assert again == wops.StalledReply(recovered=[], dangling=[])
 
 
@@ -301,7 +303,7 @@ async def test_fetch_reports_dangling_ids_without_spending_a_slot(
     )
     now = int(time.time() * 1000)
 
-    reply = await wops.finish_and_fetch(keys, [], 1, 7, params, now).run(redis)
+    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 1, 7, params, now))
     assert [(f.id, f.token) for f in reply.jobs] == [(job.id, "t:7")]
     assert reply.dangling == [
         wops.Dangling("ghost-4", "delayed"),
@@ -309,7 +311,7 @@ async def test_fetch_reports_dangling_ids_without_spending_a_slot(
     ]
     assert await redis.get(keys.limiter) == b"1"  # the dangling id was not counted
 
-    reply = await wops.finish_and_fetch(keys, [], 5, 8, params, now).run(redis)
+    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 5, 8, params, now))
     assert [(f.id, f.token) for f in reply.jobs] == [(late.id, "t:8")]
     assert reply.jobs[0].hash["delay"] == "0"
     assert reply.dangling == [

@@ -8,8 +8,10 @@ the end, and in a real browser in tests/test_dashboard_browser.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import html
 import os
 import re
 import signal
@@ -18,8 +20,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi import FastAPI
@@ -29,7 +32,10 @@ from starlette.testclient import TestClient
 
 import echomq
 from echomq import FlowJob, FlowProducer, Job, Queue, Worker
+from echomq.dashboard import _views as views
 from echomq.dashboard import create_app
+from echomq.embedded import RedisServer
+from echomq.queue import Metrics, MetricsMeta
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 1.0}
@@ -359,8 +365,111 @@ def test_redis_down_is_a_503_page_not_a_crash() -> None:
         port = s.getsockname()[1]
     with client(f"redis://127.0.0.1:{port}/0") as c:
         page = c.get("/")
-        assert page.status_code == 503 and "Redis could not be read" in page.text
+        assert page.status_code == 503
+        assert f"Redis at redis://127.0.0.1:{port}/0 cannot be reached" in page.text
+        assert "Not found" not in page.text
         assert c.get("/healthz").status_code == 503
+
+
+async def test_a_stopped_redis_makes_every_page_a_503_naming_it_password_masked(
+    fresh_server: Callable[..., RedisServer], queue_name: str
+) -> None:
+    server = fresh_server()
+    async with Redis.from_url(server.url) as admin:
+        await admin.config_set("requirepass", "s3cret")
+    url = f"redis://:s3cret@127.0.0.1:{server.port}/0"
+    job = await echomq.add(queue_name, "x", {}, connection=url)
+    with client(url) as c:
+        assert c.get(f"/queues/{queue_name}").status_code == 200
+        server.stop()
+        pages = [
+            c.get("/"),
+            c.get(f"/queues/{queue_name}"),
+            c.get(f"/queues/{queue_name}?state=completed"),
+            c.get(f"/queues/{queue_name}/jobs/{job.id}"),
+        ]
+        for page in pages:
+            assert page.status_code == 503, page.text
+            title = re.search(r"<title>(.*?)</title>", page.text)
+            assert title and title.group(1).startswith("Redis unreachable"), page.text
+            message = re.search(r'id="error-message">(.*?)</p>', page.text, re.S)
+            assert message, page.text
+            text = html.unescape(message.group(1))
+            assert text.startswith(
+                f"Redis at redis://:***@127.0.0.1:{server.port}/0 cannot be reached: "
+            ), text
+            assert "s3cret" not in page.text and "Not found" not in page.text
+        assert c.get("/healthz").status_code == 503
+        assert c.get("/metrics").status_code == 503
+
+
+async def test_a_queue_without_metrics_says_so_instead_of_an_empty_chart(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    bare, measured = f"{queue_name}-bare", f"{queue_name}-measured"
+    await echomq.add(bare, "x", {}, connection=redis)
+    async with Worker(bare, lambda job: None, connection=redis, **FAST):
+        await wait_for(lambda: _count(redis, bare, "completed"), timeout=15)  # no metrics
+    await finish(redis, measured, ok=3, bad=1)  # a worker with metrics_max_data_points
+    with client(redis_url) as c:
+        bare_page = c.get(f"/queues/{bare}").text
+        measured_page = c.get(f"/queues/{measured}").text
+        listing = c.get("/").text
+    assert 'id="no-metrics"' in bare_page and '<svg class="chart"' not in bare_page
+    assert "No per-minute metrics are recorded for this queue" in bare_page
+    assert "--no-metrics" in bare_page and "metrics_max_data_points" in bare_page
+    assert 'id="no-metrics"' not in measured_page and '<svg class="chart"' in measured_page
+    rows = dict(re.findall(r'<tr data-queue="([^"]+)">(.*?)</tr>', listing, re.S))
+    assert "no metrics recorded" in rows[bare] and "<svg" not in rows[bare]
+    assert "<svg" in rows[measured] and "no metrics recorded" not in rows[measured]
+    # The jobs finished this minute are drawn, though BullMQ stores no data point for them yet.
+    done = re.search(r'<polyline class="done" points="([^"]+)"', measured_page)
+    assert done, measured_page
+    x, y = done.group(1).split()[-1].split(",")
+    assert x == "120.0" and float(y) < 23.0, "the current minute (on the right) is not zero"
+
+
+async def _count(redis: Redis, queue: str, state: str) -> int:
+    return (await echomq.get_job_counts(queue, state, connection=redis))[state]
+
+
+def test_the_chart_counts_the_jobs_finished_since_the_last_stored_minute() -> None:
+    minute = 60_000
+    now = 1_000 * minute + 30_000
+    metrics = Metrics(MetricsMeta(17, now - 5_000, 10), [4, 2], 2)
+    assert views.per_minute(metrics, now) == [7, 4, 2]
+    rolled = Metrics(MetricsMeta(17, now - 2 * minute, 10), [4], 1)
+    assert views.per_minute(rolled, now) == [0, 0, 7, 4]
+    empty = Metrics(MetricsMeta(0, 0, 0), [], 0)
+    assert views.per_minute(empty, now) == []
+    assert len(views.per_minute(rolled, now + 90 * minute)) == views.CHART_MINUTES
+
+
+def test_the_first_tab_is_the_first_that_holds_jobs() -> None:
+    none = dict.fromkeys(views.STATES, 0)
+    assert views.first_tab(none, 0) == "waiting"
+    assert views.first_tab(none, 2) == "groups"
+    assert views.first_tab({**none, "completed": 3, "failed": 1}, 0) == "completed"
+    assert views.first_tab({**none, "delayed": 1, "failed": 1}, 1) == "delayed"
+
+
+async def test_a_queue_page_opens_on_the_first_tab_that_holds_jobs(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    waiting, done = f"{queue_name}-w", f"{queue_name}-d"
+    await finish(redis, done, ok=2, bad=1)
+    await echomq.add_bulk(waiting, [("w", {"i": i}) for i in range(3)], connection=redis)
+    with client(redis_url) as c:
+        page_w = c.get(f"/queues/{waiting}").text
+        page_d = c.get(f"/queues/{done}").text
+        explicit = c.get(f"/queues/{done}?state=failed").text
+        listing = c.get("/").text
+    current = re.compile(r'<a href="[^"]*" class="current" data-state="([^"]+)"')
+    assert current.findall(page_w) == ["waiting"]
+    assert len(re.findall(r'<tr data-job="', page_w)) == 3 and "No failed jobs." not in page_w
+    assert current.findall(page_d) == ["completed"]
+    assert current.findall(explicit) == ["failed"]
+    assert f'href="/queues/{waiting}"' in listing, "the queue list links to the default tab"
 
 
 async def test_mounted_under_fastapi_its_links_follow_the_mount(
@@ -544,3 +653,263 @@ async def test_a_queue_that_cannot_be_read_gets_a_row_not_a_broken_page(
     bad = re.search(rf'<tr data-queue="{broken}">(.*?)</tr>', page.text, re.S)
     assert good and 'class="count waiting">1<' in good.group(1)
     assert bad and "cannot be read" in bad.group(1) and "WRONGTYPE" in bad.group(1)
+
+
+# -- groups (docs/groups.md): the groups tab, a group's page, pausing a group -----------------
+
+
+async def add_groups(redis: Redis, queue: str, sizes: dict[str, int], prefix: str = "bull") -> None:
+    async with Queue(queue, connection=redis, prefix=prefix) as q:
+        for group, n in sizes.items():
+            await q.add_bulk([("job", {"n": i}, {"group": group}) for i in range(n)])
+
+
+def group_rows(page: str) -> list[tuple[str, str, str, str]]:
+    """(id as shown, waiting, active, state text) of each row of the groups table."""
+    table = page[page.index('id="groups"') : page.index("</table>", page.index('id="groups"'))]
+    rows = re.findall(
+        r'<tr data-group="[^"]*">\s*<td><a [^>]*>(.*?)</a></td>\s*<td class="num">(\d+)</td>'
+        r'\s*<td class="num">(\d+)</td>\s*<td class="group-state">(.*?)</td>',
+        table,
+        re.S,
+    )
+    return [(g, w, a, " ".join(re.sub(r"<[^>]+>", " ", st).split())) for g, w, a, st in rows]
+
+
+def tab_count(page: str, tab: str) -> int:
+    found = re.search(rf'data-state="{tab}"[^>]*>{tab} <span class="count">(\d+)<', page)
+    assert found, f"no {tab} tab"
+    return int(found.group(1))
+
+
+async def test_groups_tab_pages_through_groups_most_waiting_first(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    sizes = {f"t{n:02d}": n for n in range(1, 31)}  # t30 has 30 waiting jobs, t01 one
+    await add_groups(redis, queue_name, sizes)
+    async with Queue(queue_name, connection=redis) as q:
+        expected = [g.id for g in await q.get_groups()]
+    assert expected == [f"t{n:02d}" for n in range(30, 0, -1)]
+    with client(redis_url) as c:
+        first = c.get(f"/queues/{queue_name}?state=groups").text
+        second = c.get(f"/queues/{queue_name}?state=groups&page=2").text
+        beyond = c.get(f"/queues/{queue_name}?state=groups&page=99").text
+    rows = [group_rows(p) for p in (first, second, beyond)]
+    assert [r[0] for r in rows[0]] == expected[:25]
+    assert [r[0] for r in rows[1]] == expected[25:]
+    assert rows[2] == rows[1], "a page past the end shows the last page"
+    assert rows[0][0] == ("t30", "30", "0", "—")
+    assert "page 1 of 2" in first and "page 2 of 2" in second
+    assert f'href="/queues/{queue_name}?state=groups&page=2" rel="next">next →' in first
+    assert tab_count(first, "groups") == 30
+    assert tab_count(first, "waiting") == sum(sizes.values())  # grouped jobs are waiting jobs
+
+
+async def test_groups_tab_shows_paused_and_limited_groups(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await add_groups(redis, queue_name, {"busy": 4, "held": 2, "free": 1})
+    async with Queue(queue_name, connection=redis) as q:
+        await q.set_group_concurrency(1, group="busy")
+        await q.set_group_concurrency(3)
+        await q.set_group_rate_limit(10, 2)
+        await q.pause_group("held")
+        taker = Worker(queue_name, None, connection=redis)
+        job = await taker.get_next_job("tok", block=False)  # busy's turn comes first
+        await taker.close()
+        assert job is not None and job.group == "busy"
+    with client(redis_url) as c:
+        page = c.get(f"/queues/{queue_name}?state=groups").text
+        busy_page = c.get(f"/queues/{queue_name}?state=groups&group=busy").text
+    found = re.search(r'<p class="facts" id="group-limits">(.*?)</p>', page, re.S)
+    assert found, "no group limits on the groups tab"
+    assert " ".join(re.sub(r"<[^>]+>", "", found.group(1)).split()) == (
+        "Default group limits: concurrency 3 job(s) at once · rate 10 start(s) per 2.0 s"
+    )
+    own = busy_page[busy_page.index('id="group-limits"') :].split("</p>")[0]
+    assert "<b>1</b> job(s) at once (its own)" in own and "per 2.0 s (the default)" in own
+    assert 'id="group-active">1<' in busy_page
+    assert group_rows(page) == [
+        ("busy", "3", "1", "limited"),
+        ("held", "2", "0", "paused"),
+        ("free", "1", "0", "—"),
+    ]
+    assert 'title="at its concurrency, or its rate window is full"' in page
+    # Each row offers the action its state calls for.
+    held = page[page.index('data-group="held"') :].split("</tr>")[0]
+    assert "Resume group" in held and "Pause group" not in held
+    free = page[page.index('data-group="free"') :].split("</tr>")[0]
+    assert "Pause group" in free and 'name="group" value="free"' in free
+
+
+async def test_the_groups_tab_is_always_there(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await echomq.add(queue_name, "x", {}, connection=redis)
+    with client(redis_url) as c:
+        waiting = c.get(f"/queues/{queue_name}?state=waiting").text
+        groups = c.get(f"/queues/{queue_name}?state=groups").text
+    assert tab_count(waiting, "groups") == 0
+    assert 'id="no-groups">No groups with waiting or active jobs.<' in groups
+    assert 'class="current" data-state="groups"' in groups
+
+
+async def test_a_groups_page_lists_its_waiting_jobs_in_the_order_they_run(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    odd = 'a b&c/d?e#f%g "<i>"'  # a group id is any string: it travels in the query
+    async with Queue(queue_name, connection=redis) as q:
+        await q.add_bulk([("job", {"n": i}, {"group": odd}) for i in range(27)])
+        await q.add("urgent", {}, group=odd, lifo=True)  # runs first within its group
+        await q.add("other", {}, group="elsewhere")
+        expected = [j.id for j in await q.get_group_jobs(odd)]
+    assert len(expected) == 28
+    with client(redis_url) as c:
+        listing = c.get(f"/queues/{queue_name}?state=groups").text
+        href = f"/queues/{queue_name}?state=groups&group=" + quote(odd, safe="/")
+        assert f'href="{href}"' in listing  # the row's link to the group's page
+        assert "a b&amp;c/d?e#f%g &#34;&lt;i&gt;&#34;" in listing  # the id, as text
+        first = c.get(href)
+        more = re.search(r'<a href="([^"]+)" rel="next">', first.text)
+        assert more, "no link to the next page"
+        second = c.get(html.unescape(more.group(1)))
+        unknown = c.get(f"/queues/{queue_name}?state=groups&group=nobody")
+        too_long = c.get(f"/queues/{queue_name}?state=groups&group={'x' * 257}")
+    assert first.status_code == 200
+    ids = [re.findall(r'<tr data-job="([^"]+)">', p.text) for p in (first, second)]
+    assert ids[0] == expected[:25] and ids[1] == expected[25:]
+    assert ids[0][0] == expected[0] == "28"  # the lifo job, added last
+    assert 'id="group-id">a b&amp;c/d?e#f%g &#34;&lt;i&gt;&#34;<' in first.text
+    assert 'id="group-waiting">28<' in first.text and 'id="group-active">0<' in first.text
+    assert "page 1 of 2" in first.text and "page 2 of 2" in second.text
+    assert "<i>" not in first.text
+    assert unknown.status_code == 200
+    assert 'id="no-jobs">No waiting jobs in this group.<' in unknown.text
+    assert too_long.status_code == 404 and "at most 256 characters" in too_long.text
+    with client(redis_url) as c:  # a grouped job's page links to its group's
+        job_page = c.get(f"/queues/{queue_name}/jobs/{expected[0]}").text
+    assert f'<a href="{href}" id="job-group">a b&amp;c/d?e#f%g &#34;&lt;i&gt;&#34;</a>' in job_page
+
+
+async def test_pause_and_resume_a_group_from_the_page(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await add_groups(redis, queue_name, {"acme": 2, "other": 1})
+    base = f"/queues/{queue_name}"
+    here = f"{base}?state=groups&group=acme&page=1"
+
+    async def paused() -> dict[str, bool]:
+        async with Queue(queue_name, connection=redis) as q:
+            return {g.id: g.paused for g in await q.get_groups()}
+
+    with client(redis_url) as c:
+        token = csrf_of(c.get(here).text)
+        answer = c.post(
+            f"{base}/actions/pause-group", data={"csrf": token, "group": "acme", "next": here}
+        )
+        assert answer.status_code == 303 and answer.headers["location"] == here
+        assert await paused() == {"acme": True, "other": False}
+        shown = c.get(here).text
+        assert f"group acme of {queue_name} paused" in shown  # the flash message
+        assert 'id="group-paused">paused<' in shown and "Resume group" in shown
+        assert not await echomq.is_paused(queue_name, connection=redis)  # the queue runs on
+
+        c.post(f"{base}/actions/resume-group", data={"csrf": token, "group": "acme", "next": here})
+        assert await paused() == {"acme": False, "other": False}
+        assert f"group acme of {queue_name} resumed" in c.get(here).text
+
+        for form, reason in (({}, "give a group id"), ({"group": "x" * 300}, "at most 256")):
+            refused = c.post(f"{base}/actions/pause-group", data={"csrf": token, **form})
+            assert refused.status_code == 303
+            text = c.get(refused.headers["location"]).text
+            assert 'class="flash error"' in text and reason in text
+        assert c.post(f"{base}/actions/pause-group", data={"group": "acme"}).status_code == 403
+    assert await paused() == {"acme": False, "other": False}
+
+
+async def test_read_only_hides_the_group_actions_and_refuses_them(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    await add_groups(redis, queue_name, {"acme": 2})
+    with client(redis_url, read_only=True) as c:
+        pages = [
+            c.get(f"/queues/{queue_name}?state=groups").text,
+            c.get(f"/queues/{queue_name}?state=groups&group=acme").text,
+        ]
+        assert 'data-group="acme"' in pages[0] and 'id="group-id">acme<' in pages[1]
+        assert not any('method="post"' in p or "Pause group" in p for p in pages)
+        token = c.cookies.get("echomq_csrf")
+        for action in ("pause-group", "resume-group"):
+            refused = c.post(
+                f"/queues/{queue_name}/actions/{action}", data={"csrf": token, "group": "acme"}
+            )
+            assert refused.status_code == 403 and "read-only" in refused.text
+    async with Queue(queue_name, connection=redis) as q:
+        assert [g.paused for g in await q.get_groups()] == [False]
+
+
+async def test_metrics_has_the_group_series_of_the_busiest_groups(
+    redis: Redis, redis_url: str, queue_name: str, other_prefix: str
+) -> None:
+    # A prefix of its own: /metrics reads every queue under the prefix.
+    await add_groups(redis, queue_name, {"big": 3, "mid": 2, "small": 1}, other_prefix)
+
+    def groups_in(text: str) -> dict[str, float]:
+        return {
+            s.labels["group"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "echomq_group_jobs"
+            and s.labels["queue"] == queue_name
+            and s.labels["state"] == "waiting"
+        }
+
+    with client(redis_url, prefix=other_prefix) as c:
+        default = c.get("/metrics").text
+    with client(redis_url, prefix=other_prefix, metrics_groups=2) as c:
+        two = c.get("/metrics").text
+    with client(redis_url, prefix=other_prefix, metrics_groups=0) as c:
+        none = c.get("/metrics").text
+    assert groups_in(default) == {"big": 3, "mid": 2, "small": 1}
+    assert groups_in(two) == {"big": 3, "mid": 2}
+    assert f'echomq_groups{{queue="{queue_name}"}} 3' in two
+    assert "echomq_" not in none and f'bullmq_job_count{{queue="{queue_name}"' in none
+    for bad in (-1, True, "2"):
+        with pytest.raises(ValueError, match="group_limit"):
+            create_app(connection=redis_url, metrics_groups=bad)  # type: ignore[arg-type]
+
+
+async def test_workers_page_lists_each_worker_and_the_jobs_it_runs(
+    redis: Redis, redis_url: str, queue_name: str
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(job: Job) -> None:
+        started.set()
+        await release.wait()
+
+    options = {**FAST, "heartbeat_interval": 0.2}
+    job = await echomq.add(queue_name, "held", {}, connection=redis)
+    with client(redis_url) as c:
+        empty = await asyncio.to_thread(c.get, f"/queues/{queue_name}/workers")
+        assert empty.status_code == 200 and 'id="no-workers"' in empty.text
+        async with Worker(queue_name, hold, connection=redis, name="dash-w", **options) as w:
+            await asyncio.wait_for(started.wait(), 10)
+
+            async def page_with_job() -> str:
+                page = await asyncio.to_thread(c.get, f"/queues/{queue_name}/workers")
+                assert page.status_code == 200
+                return page.text if f'data-job="{job.id}"' in page.text else ""
+
+            text = await wait_for(page_with_job, timeout=10)
+            row = re.search(rf'<tr data-worker="{w.id}" data-kind="echomq">(.*?)</tr>', text, re.S)
+            assert row, text
+            assert "dash-w" in row.group(1) and socket.gethostname() in row.group(1)
+            assert f'href="/queues/{queue_name}/jobs/{job.id}"' in row.group(1)
+            queue_page = await asyncio.to_thread(c.get, f"/queues/{queue_name}")
+            assert "1 worker(s) online" in queue_page.text
+            assert f'href="/queues/{queue_name}/workers"' in queue_page.text
+            release.set()
+        after = await asyncio.to_thread(c.get, f"/queues/{queue_name}/workers")
+        assert 'id="no-workers"' in after.text
+        assert c.get("/queues/no-such-queue/workers").status_code == 404

@@ -6,9 +6,11 @@ address from the line it prints once bound, and stops it with SIGTERM, which mus
 exit code 0. One plain dashboard serves the whole module; read-only, basic-auth and token
 dashboards are started by the tests that need them.
 
-The first test also takes the screenshots the docs show. They go to the test's temporary
-directory, or, with ``ECHOMQ_UPDATE_SCREENSHOTS=1``, over ``docs/images/dashboard-queue.png``
-and ``docs/images/dashboard-job.png`` (so a plain test run leaves the checkout as it was).
+The first test also takes the screenshots the docs show, and the groups test the one of the
+groups tab. They go to the test's temporary directory, or, with
+``ECHOMQ_UPDATE_SCREENSHOTS=1``, over ``docs/images/dashboard-queue.png``,
+``docs/images/dashboard-job.png`` and ``docs/images/dashboard-groups.png`` (so a plain test
+run leaves the checkout as it was).
 
 Without Playwright or a Chromium the module is skipped, unless ``ECHOMQ_REQUIRE_BROWSER=1``
 (CI sets it), in which case its absence is an error.
@@ -295,7 +297,7 @@ async def test_retry_a_failed_job_from_its_page(
             await queue.add("send-receipt", {"order": 1000 + i, "to": f"customer{i}@example.com"})
         charge = await queue.add("charge-card", {"order": 1042, "amount": 59.9}, attempts=1)
         await queue.add("sync-inventory", {"sku": "KB-104", "warehouse": "north"}, attempts=1)
-        async with worker(name, process, redis):
+        async with worker(name, process, redis, metrics_max_data_points=60):  # the chart's
             deadline = time.monotonic() + 10
             while True:
                 counts = await queue.get_job_counts("completed", "failed")
@@ -321,6 +323,10 @@ async def test_retry_a_failed_job_from_its_page(
 
         await row.get_by_role("link", name=name).click()
         await expect(page.locator("#queue-name")).to_have_text(name)
+        # It opens on the first tab holding jobs: the 3 waiting ones.
+        await expect(page.locator("#tabs a.current")).to_have_attribute("data-state", "waiting")
+        await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+        await expect(page.locator("svg.chart")).to_be_visible()
         await page.locator('#tabs a[data-state="failed"]').click()
         await expect(page).to_have_url(re.compile(r"\?state=failed$"))
         failed_row = page.locator(f'#jobs tr[data-job="{charge.id}"]')
@@ -583,3 +589,222 @@ async def test_cross_origin_form_cannot_pause(
         await page.get_by_role("button", name="Resume").click()
         await expect(page.locator("#paused")).to_have_count(0)
         assert not await queue.is_paused()
+
+
+# -- 6: groups: the tab, paging, a group's page, pausing and resuming a group --
+
+
+async def test_groups_tab_pages_pauses_and_resumes_groups(
+    redis: Redis,
+    queue_name: str,
+    dashboard: str,
+    another_dashboard: Callable[..., Awaitable[Served]],
+    browsing: Browsing,
+    tmp_path: Path,
+) -> None:
+    update = os.environ.get("ECHOMQ_UPDATE_SCREENSHOTS") == "1"
+    images = DOC_IMAGES if update else tmp_path
+    name = f"reports-{queue_name[-4:]}"
+    # acme is the busiest tenant; 26 more with fewer jobs each: two pages of groups.
+    sizes = {"acme": 40} | {f"tenant-{n:02d}": 30 - n for n in range(26)}
+
+    async with Queue(name, connection=redis) as queue:
+        await queue.set_group_concurrency(3)  # the defaults, shown above the groups
+        await queue.set_group_rate_limit(10, 1)
+        await queue.set_group_concurrency(1, group="tenant-01")
+        await queue.pause_group("tenant-02")
+        # tenant-01 first: its group is the first in the rotation, so the first fetch takes
+        # one of its jobs, which stays active (its concurrency full: limited).
+        for group in sorted(sizes, key=lambda g: g != "tenant-01"):
+            await queue.add_bulk(
+                [("report", {"n": i}, {"group": group}) for i in range(sizes[group])]
+            )
+        taker = Worker(name, None, connection=redis)
+        job = await taker.get_next_job("tok", block=False)
+        await taker.close()
+        assert job is not None and job.group == "tenant-01"
+        expected = [g.id for g in await queue.get_groups()]
+        assert expected[0] == "acme" and len(expected) == 27
+
+        page = await browsing.page()
+        dialogs = collect_dialogs(page)
+        await page.goto(f"{dashboard}/queues/{name}?state=waiting")
+        tab = page.locator('#tabs a[data-state="groups"]')
+        await expect(tab.locator(".count")).to_have_text("27")
+        await tab.click()
+        await expect(page).to_have_url(re.compile(r"\?state=groups$"))
+        rows = page.locator("#groups tbody tr")
+        await expect(rows).to_have_count(25)
+        shown = [await r.get_attribute("data-group") for r in await rows.all()]
+        assert shown == expected[:25]  # most waiting jobs first
+        busy = page.locator('#groups tr[data-group="tenant-01"] td.group-state')
+        await expect(busy).to_have_text("limited")
+        held = page.locator('#groups tr[data-group="tenant-02"]')
+        await expect(held.locator("td.group-state")).to_have_text("paused")
+        await expect(page.locator("#pages")).to_contain_text("page 1 of 2")
+        await expect(page.locator("#group-limits")).to_have_text(
+            "Default group limits: concurrency 3 job(s) at once · rate 10 start(s) per 1.0 s"
+        )
+        await page.screenshot(path=str(images / "dashboard-groups.png"), full_page=True)
+
+        await page.get_by_role("link", name="next →").click()
+        await expect(rows).to_have_count(2)
+        assert [await r.get_attribute("data-group") for r in await rows.all()] == expected[25:]
+        await page.get_by_role("link", name="← previous").click()
+        await expect(rows).to_have_count(25)
+
+        # Pause acme from its row; the page comes back with it paused.
+        acme = page.locator('#groups tr[data-group="acme"]')
+        await acme.get_by_role("button", name="Pause group").click()
+        await expect(page.locator("p.flash.ok")).to_have_text(f"group acme of {name} paused")
+        await expect(acme.locator("td.group-state")).to_have_text("paused")
+        assert {g.id: g.paused for g in await queue.get_groups()}["acme"] is True
+        assert not await queue.is_paused()
+
+        # Its page lists its waiting jobs in the order they will run, and resumes it.
+        await acme.get_by_role("link", name="acme").click()
+        await expect(page.locator("#group-id")).to_have_text("acme")
+        await expect(page.locator("#group-paused")).to_be_visible()
+        await expect(page.locator("#group-waiting")).to_have_text("40")
+        await expect(page.locator("#group-limits")).to_contain_text(
+            "3 job(s) at once (the default)"
+        )
+        jobs = page.locator("#jobs tbody tr")
+        await expect(jobs).to_have_count(25)
+        first_ids = [j.id for j in await queue.get_group_jobs("acme", 0, 24)]
+        assert [await r.get_attribute("data-job") for r in await jobs.all()] == first_ids
+        await page.get_by_role("button", name="Resume group").click()
+        await expect(page.locator("p.flash.ok")).to_have_text(f"group acme of {name} resumed")
+        await expect(page.locator("#group-paused")).to_have_count(0)
+        await expect(page.locator("#group-id")).to_have_text("acme")  # back on its page
+        assert {g.id: g.paused for g in await queue.get_groups()}["acme"] is False
+        await page.get_by_role("link", name="next →").click()
+        await expect(jobs).to_have_count(15)
+        await page.get_by_role("link", name="← all groups").click()
+        await expect(rows).to_have_count(25)
+        assert dialogs == []  # pausing a group asks nothing
+
+        # Read-only: the same tab and page, without a single action.
+        ro = await another_dashboard("--read-only")
+        for path in (f"/queues/{name}?state=groups", f"/queues/{name}?state=groups&group=acme"):
+            response = await page.goto(ro.url + path)
+            assert response is not None and response.status == 200, path
+            await expect(page.locator("#read-only")).to_be_visible()
+            assert await page.locator("form[method=post]").count() == 0, path
+            assert await page.get_by_role("button", name=ACTION_BUTTONS).count() == 0, path
+        await expect(page.locator("#group-id")).to_have_text("acme")
+        form: dict[str, str | float | bool] = {"csrf": await csrf_cookie(page), "group": "acme"}
+        refused = await page.request.post(
+            f"{ro.url}/queues/{name}/actions/pause-group", form=form, max_redirects=0
+        )
+        assert refused.status == 403
+        assert {g.id: g.paused for g in await queue.get_groups()}["acme"] is False
+
+
+# -- 7: a newcomer's queue: the first tab with jobs, and words where there are no metrics --
+
+
+async def test_a_new_queue_opens_on_its_jobs_and_says_it_has_no_metrics(
+    redis: Redis, queue_name: str, dashboard: str, browsing: Browsing
+) -> None:
+    name = f"signups-{queue_name[-4:]}"
+    async with Queue(name, connection=redis) as queue:
+        for i in range(3):
+            await queue.add("welcome", {"user": i})
+        page = await browsing.page()
+        await page.goto(dashboard + "/?refresh=1")
+        row = page.locator(f'tr[data-queue="{name}"]')
+        await expect(row.locator(".no-metrics")).to_have_text("no metrics recorded")
+        await expect(row.locator("svg.chart")).to_have_count(0)
+
+        await row.get_by_role("link", name=name).click()
+        await expect(page).to_have_url(re.compile(rf"/queues/{name}$"))
+        await expect(page.locator("#tabs a.current")).to_have_attribute("data-state", "waiting")
+        await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+        await expect(page.locator("#no-jobs")).to_have_count(0)
+        message = page.locator("#no-metrics")
+        await expect(message).to_be_visible()
+        await expect(message).to_contain_text("No per-minute metrics are recorded for this queue")
+        await expect(message).to_contain_text("--no-metrics")
+        await expect(page.locator("svg.chart")).to_have_count(0)
+
+        async def done() -> Any:
+            return await queue.get_job_counts("completed")
+
+        async def welcome(job: Job) -> None:
+            return None
+
+        async with worker(name, welcome, redis, metrics_max_data_points=60):
+            deadline = time.monotonic() + 10
+            while (await done())["completed"] < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        assert await done() == {"completed": 3}
+        await page.reload()
+        await expect(page.locator("#tabs a.current")).to_have_attribute("data-state", "completed")
+        await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+        await expect(page.locator("svg.chart")).to_be_visible()
+        await expect(page.locator("#no-metrics")).to_have_count(0)
+        points = await page.locator("svg.chart polyline.done").get_attribute("points")
+        assert points is not None, "no chart"
+        x, y = points.split()[-1].split(",")
+        assert x == "120.0" and float(y) < 23.0, points  # this minute's jobs are drawn
+
+
+async def test_a_stopped_redis_is_a_503_page_that_says_so(
+    fresh_server: Callable[..., Any], queue_name: str, browsing: Browsing, tmp_path: Path
+) -> None:
+    server = fresh_server()
+    async with Queue(queue_name, connection=server.url) as queue:
+        await queue.add("x", {})
+    served = await start_dashboard(server.url, tmp_path / "down.log")
+    try:
+        page = await browsing.page()
+        response = await page.goto(f"{served.url}/queues/{queue_name}")
+        assert response is not None and response.status == 200
+        server.stop()
+        response = await page.goto(f"{served.url}/queues/{queue_name}")
+        assert response is not None and response.status == 503
+        await expect(page).to_have_title(re.compile(r"^Redis unreachable"))
+        await expect(page.locator("#error-message")).to_contain_text(
+            f"Redis at {server.url} cannot be reached"
+        )
+        await expect(page.get_by_text("Not found")).to_have_count(0)
+    finally:
+        stopped_cleanly(served)
+
+
+# -- the workers page: each worker, and the jobs it runs, linked to their pages -------------------
+
+
+async def test_workers_page_shows_a_running_worker_and_links_its_job(
+    redis: Redis, queue_name: str, dashboard: str, browsing: Browsing
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(job: Job) -> None:
+        started.set()
+        await release.wait()
+
+    async with Queue(queue_name, connection=redis) as queue:
+        job = await queue.add("transcode", {"video": 7})
+        held = worker(queue_name, hold, redis, name="video-1", heartbeat_interval=0.2)
+        async with held:
+            await asyncio.wait_for(started.wait(), 10)
+            page = await browsing.page()
+            await page.goto(f"{dashboard}/queues/{queue_name}?state=active")
+            await page.locator("#workers-link").click()
+            await expect(page).to_have_url(re.compile(rf"/queues/{queue_name}/workers$"))
+            row = page.locator(f'#workers tr[data-worker="{held.id}"]')
+            await expect(row).to_have_attribute("data-kind", "echomq")
+            await expect(row.locator(".worker-id")).to_contain_text("video-1")
+            link = row.locator(f'.worker-jobs a[data-job="{job.id}"]')
+            deadline = time.monotonic() + 10
+            while await link.count() == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)  # the next heartbeat carries the job
+                await page.reload()
+            await link.click()
+            await expect(page.locator("#job-id")).to_have_text(job.id)
+            await expect(page.locator("#job-state")).to_have_text("active")
+            release.set()
+        await page.goto(f"{dashboard}/queues/{queue_name}/workers")
+        await expect(page.locator("#no-workers")).to_be_visible()

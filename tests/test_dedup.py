@@ -27,8 +27,9 @@ from redis.asyncio.cluster import RedisCluster
 import echomq
 import echomq.sync
 from echomq import Deduplication, FlowJob, FlowProducer, InvalidOptionError, Job, Queue, Worker
+from echomq._keys import queue_keys
 from echomq.options import WorkerOptionsDict
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq.protocol.keys import QueueKeys
 from helpers import snapshot, wait_for
 from test_add import monitored
 

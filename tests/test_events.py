@@ -31,8 +31,8 @@ from echomq import (
     Waiting,
     Worker,
 )
+from echomq._keys import queue_keys
 from echomq.embedded import RedisServer
-from echomq.protocol.keys import queue_keys
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.5}

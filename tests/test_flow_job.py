@@ -36,8 +36,11 @@ from echomq import (
     Worker,
 )
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import worker as wops
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._redis.run import run_op
+from echomq._redis.run_sync import run_op as run_op_sync
+from echomq.protocol.keys import QueueKeys
 from helpers import session_of, wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 5.0}
@@ -67,7 +70,7 @@ async def add(
     """Add a job (a child when ``parent`` is given, with failure option ``policy``)."""
     options = JobOptions(job_id=job_id, delay=delay) if delay else JobOptions(job_id=job_id)
     job = ops.prepare_job(name, {} if data is None else data, options)
-    added = await ops.add_job(keys, job, parent).run(r)
+    added = await run_op(r, ops.add_job(keys, job, parent))
     if parent is not None and policy is not None:
         ref = {"id": parent[1], "queueKey": parent[0].qualified, policy: True}
         await r.hset(keys.job(job_id), "parent", json.dumps(ref))
@@ -84,7 +87,7 @@ async def add_waiting_parent(r: Redis, keys: QueueKeys, job_id: str) -> str:
 
 async def take(r: Redis, keys: QueueKeys) -> wops.Fetched:
     """Take the next job of the queue as a worker does (active, locked)."""
-    reply = await wops.finish_and_fetch(keys, [], 1, 1, PARAMS, ops.now_ms()).run(r)
+    reply = await run_op(r, wops.finish_and_fetch(keys, [], 1, 1, PARAMS, ops.now_ms()))
     assert len(reply.jobs) == 1
     return reply.jobs[0]
 
@@ -94,7 +97,7 @@ async def complete(r: Redis, keys: QueueKeys, job_id: str, value: Any) -> None:
     taken = await take(r, keys)
     assert taken.id == job_id
     item = wops.finish_item(wops.COMPLETE, job_id, taken.token, json.dumps(value))
-    reply = await wops.finish_and_fetch(keys, [item], 0, 2, PARAMS, ops.now_ms()).run(r)
+    reply = await run_op(r, wops.finish_and_fetch(keys, [item], 0, 2, PARAMS, ops.now_ms()))
     assert reply.codes == [0]
 
 
@@ -430,7 +433,7 @@ async def test_step_job_with_a_sync_processor(
             return job.id
         if not runs:
             child = ops.prepare_job("child", {}, JobOptions(job_id="k1"))
-            ops.add_job(pk, child, (pk, job.id)).run_sync(sync_redis)
+            run_op_sync(sync_redis, ops.add_job(pk, child, (pk, job.id)))
             runs.append(job.move_to_waiting_children(job.token))
             raise WaitingChildrenError()
         runs.append(False)

@@ -15,7 +15,8 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import JobState, Queue, ValidationError, queue
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._keys import queue_keys
+from echomq.protocol.keys import QueueKeys
 from helpers import snapshot
 
 

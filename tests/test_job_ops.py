@@ -26,8 +26,10 @@ from echomq import (
     ValidationError,
 )
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import now_ms
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._redis.run import run_op
+from echomq.protocol.keys import QueueKeys
 from helpers import snapshot
 
 P32 = 2**32
@@ -380,8 +382,8 @@ async def test_change_delay_orders_jobs_due_in_the_same_ms(
     a = await q.add("a", delay=60)
     b = await q.add("b", delay=60)
     now = now_ms()
-    await ops.change_delay(keys, a.id, 1, now).run(redis)
-    await ops.change_delay(keys, b.id, 1, now).run(redis)
+    await run_op(redis, ops.change_delay(keys, a.id, 1, now))
+    await run_op(redis, ops.change_delay(keys, b.id, 1, now))
     assert await redis.zscore(keys.delayed, a.id) == (now + 1000) * 4096
     assert await redis.zscore(keys.delayed, b.id) == (now + 1000) * 4096 + 1
 

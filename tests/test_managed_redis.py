@@ -11,7 +11,7 @@ Two servers the module starts itself on free loopback ports:
 On each: producers, a worker (a delayed job, a retry, a scheduler's iterations), QueueEvents,
 the dashboard and the CLI work; nothing fails at start; each refused command is said once per
 process at INFO on ``echomq.server``, naming it (``echomq._redis.restricted``);
-``get_workers`` raises redis-py's error naming ``CLIENT LIST``.
+``get_workers`` lists the worker registry alone where ``CLIENT LIST`` is refused.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import echomq
 import echomq.sync
 from _cli import DEADLINE, base_env, cli, wait_until
 from echomq import Job, Queue, QueueEvents, Worker
+from echomq._keys import queue_keys
 from echomq._redis import restricted as restricted_module
-from echomq._redis import server_checks as checks
+from echomq._redis import server_reports
 from echomq.dashboard import create_app
 from echomq.embedded import RedisServer
-from echomq.protocol.keys import queue_keys
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 1.0}
@@ -116,9 +116,9 @@ def restricted(request: pytest.FixtureRequest) -> Restricted:
 @pytest.fixture(autouse=True)
 def _forget_reports() -> Iterator[None]:
     """Each test sees the once-per-process reports afresh (the servers' ports repeat)."""
-    checks._forget_all()
+    server_reports.forget_all()
     yield
-    checks._forget_all()
+    server_reports.forget_all()
 
 
 def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -227,8 +227,9 @@ async def test_worker_events_and_scheduler(
 
             await wait_for(two_iterations, timeout=10)
             await wait_for(lambda: len(completed) == 5, timeout=10)
-            with pytest.raises(redis.exceptions.ResponseError, match="(?i)client"):
-                await queue.get_workers()
+            # CLIENT LIST refused: the worker registry alone, without an error
+            [listed] = await queue.get_workers()
+            assert listed["kind"] == "echomq" and listed["name"] == queue_name
             if restricted.kind == "acl":  # CLIENT SETNAME is allowed: the worker is named
                 names = await client_names(restricted)
                 assert queue_keys(queue_name).worker_client_name() in names
@@ -236,7 +237,7 @@ async def test_worker_events_and_scheduler(
         await asyncio.gather(listener, return_exceptions=True)
     assert (flaky.id, 0) in seen and (flaky.id, 1) in seen
     assert set(completed) >= {plain.id, delayed.id, flaky.id}
-    assert refusals(caplog) == sorted(restricted.refused_at_start)
+    assert refusals(caplog) == sorted({*restricted.refused_at_start, "CLIENT LIST"})
     if restricted.kind == "renamed":
         record = next(r for r in caplog.records if getattr(r, "command", None) == "CLIENT SETNAME")
         assert "connections stay unnamed, so get_workers()" in record.getMessage()
@@ -330,16 +331,26 @@ def test_dashboard(
         listing = c.get("/?refresh")
         assert listing.status_code == 200
         assert f'data-queue="{queue_name}"' in listing.text
-        assert 'title="Redis refused CLIENT LIST">?</span>' in listing.text
+        assert f'href="/queues/{queue_name}/workers">0</a>' in listing.text
         page = c.get(f"/queues/{queue_name}?state=waiting")
         assert page.status_code == 200
-        assert "workers online unknown" in page.text and f"/jobs/{job.id}" in page.text
+        assert "0 worker(s) online" in page.text and f"/jobs/{job.id}" in page.text
         assert c.get(f"/queues/{queue_name}/jobs/{job.id}").status_code == 200
         assert c.get("/healthz").text.strip() == "ok"
+        # The groups tab and a group's page: the getters' commands, nothing restricted.
+        echomq.sync.add(queue_name, "grouped", {}, group="acme", connection=restricted.url)
+        groups = c.get(f"/queues/{queue_name}?state=groups")
+        assert groups.status_code == 200 and 'data-group="acme"' in groups.text
+        assert "0 worker(s) online" in groups.text
+        workers = c.get(f"/queues/{queue_name}/workers")
+        assert workers.status_code == 200 and 'id="no-workers"' in workers.text
+        acme = c.get(f"/queues/{queue_name}?state=groups&group=acme")
+        assert acme.status_code == 200 and 'id="group-waiting">1<' in acme.text
         metrics = c.get("/metrics")
         assert metrics.status_code == 200 and queue_name in metrics.text
+        assert f'echomq_group_jobs{{queue="{queue_name}", group="acme"' in metrics.text
     assert "CLIENT LIST" in refusals(caplog)
-    assert refusals(caplog).count("CLIENT LIST") == 1  # two pages, one record
+    assert refusals(caplog).count("CLIENT LIST") == 1  # four pages, one record
     assert warnings(caplog) == []
 
 

@@ -91,6 +91,7 @@ def test_wire_round_trip_of_every_option() -> None:
         parent=Parent("p1", "bull:videos"),
         fail_parent_on_failure=True,
         timeout=2.5,
+        group="tenant-42",
         telemetry=JobTelemetry(metadata='{"traceparent":"00-ab-cd-01"}', omit_context=True),
     )
     dedup = Deduplication("d1", ttl=2, extend=True, replace=True, keep_last_if_active=True)
@@ -113,6 +114,7 @@ def test_wire_round_trip_of_every_option() -> None:
         "parent": {"id": "p1", "queue": "bull:videos"},
         "fpof": True,
         "emqTimeout": 2500,
+        "emqGroup": "tenant-42",
         "tm": '{"traceparent":"00-ab-cd-01"}',  # a string (JSON text), as BullMQ stores it
         "omc": True,
     }

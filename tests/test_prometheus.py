@@ -1,6 +1,7 @@
 """Prometheus: ``Queue.export_prometheus_metrics``, worker-side metrics
-(``Worker(metrics_registry=...)``) and the ``echomq metrics`` server, read back through
-``prometheus_client.parser`` as Prometheus would read them."""
+(``Worker(metrics_registry=...)``), the group series of the export of every queue under a
+prefix, and the ``echomq metrics`` server, read back through ``prometheus_client.parser`` as
+Prometheus would read them."""
 
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ from redis.asyncio import Redis
 import echomq
 import echomq.sync
 from echomq import InvalidOptionError, Job, Queue, Worker
+from echomq._discovery import prometheus_text
 from helpers import wait_for
 
 FAST: dict[str, Any] = {"drain_delay": 0.2, "stalled_interval": 1.0}
 STATES = ("active", "completed", "delayed", "failed", "prioritized", "waiting", "waiting-children")
+BULLMQ_FAMILIES = {"bullmq_job_count", "bullmq_job_completed", "bullmq_job_failed"}
+GROUP_FAMILIES = {"echomq_groups", "echomq_group_jobs"}
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -288,12 +292,12 @@ def get(url: str) -> tuple[int, str]:
 class MetricsServer:
     """``echomq metrics`` in a child process, on a free port; stopped with SIGTERM."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *flags: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "echomq.cli", "metrics", "--url", url, "--prefix", prefix]
-            + ["--port", str(self.port)],
+            + ["--port", str(self.port), *flags],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -331,9 +335,11 @@ async def test_the_metrics_command_serves_every_queue_under_a_prefix(
         status, text = await server.get("/metrics")
         assert status == 200
         types, samples = parse(text)
-        assert set(types) == {"bullmq_job_count", "bullmq_job_completed", "bullmq_job_failed"}
+        assert set(types) == BULLMQ_FAMILIES | GROUP_FAMILIES
         expected = export_samples("alpha", {"completed": 2, "failed": 1}, done=2, failed=1)
         expected |= export_samples("beta", {"delayed": 1}, done=0, failed=0)
+        expected[("echomq_groups", labels(queue="alpha"))] = 0  # no group: no group_jobs
+        expected[("echomq_groups", labels(queue="beta"))] = 0
         assert samples == expected
         assert (await server.get("/nope"))[0] == 404
     finally:
@@ -366,3 +372,143 @@ def test_the_metrics_command_refuses_a_port_in_use(redis_url: str) -> None:
         )
     assert done.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+# --- groups: the busiest groups of each queue, bounded ---------------------------------------
+
+
+def group_samples(samples: Samples) -> dict[str, dict[str, float]]:
+    """``echomq_group_jobs`` samples as group -> state -> value (one queue)."""
+    found: dict[str, dict[str, float]] = {}
+    for (name, lbl), v in samples.items():
+        if name == "echomq_group_jobs":
+            d = dict(lbl)
+            found.setdefault(d["group"], {})[d["state"]] = v
+    return found
+
+
+def group_order(text: str, queue: str) -> list[str]:
+    """The groups of ``queue`` in the order the text writes their series (each once)."""
+    seen: list[str] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            ours = s.name == "echomq_group_jobs" and s.labels["queue"] == queue
+            if ours and s.labels["group"] not in seen:
+                seen.append(s.labels["group"])
+    return seen
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"pg{uuid.uuid4().hex[:8]}"
+
+
+async def fill_groups(redis: Redis, queue: str, prefix: str, sizes: dict[str, int]) -> None:
+    async with Queue(queue, connection=redis, prefix=prefix) as q:
+        for group, n in sizes.items():
+            await q.add_bulk([("job", {"n": i}, {"group": group}) for i in range(n)])
+
+
+async def test_group_series_are_the_busiest_groups_only(redis: Redis, prefix: str) -> None:
+    sizes = {"big": 9, "mid": 5, "small": 3, "tiny": 2, "one": 1}
+    await fill_groups(redis, "tenants", prefix, sizes)
+    await echomq.add("plain", "x", {}, connection=redis, prefix=prefix)  # a queue without groups
+    taker = Worker("tenants", None, connection=redis, prefix=prefix)
+    taken = [await taker.get_next_job(f"tok{i}", block=False) for i in range(2)]
+    await taker.close()
+    moved = {j.group for j in taken if j is not None}  # one job of each of two groups, active
+    assert len(moved) == 2 and moved <= set(sizes)
+
+    text = await prometheus_text(redis, prefix, group_limit=3)
+    types, samples = parse(text)
+    assert types == {
+        "bullmq_job_count": "gauge",
+        "bullmq_job_completed": "counter",
+        "bullmq_job_failed": "counter",
+        "echomq_groups": "gauge",
+        "echomq_group_jobs": "gauge",
+    }
+    assert samples[("echomq_groups", labels(queue="tenants"))] == 5
+    assert samples[("echomq_groups", labels(queue="plain"))] == 0
+    async with Queue("tenants", connection=redis, prefix=prefix) as q:
+        groups = await q.get_groups(0, 2)
+    assert [g.id for g in groups] == group_order(text, "tenants")  # most waiting first
+    assert group_samples(samples) == {
+        g.id: {"waiting": float(g.waiting), "active": float(g.active)} for g in groups
+    }
+    assert len(group_samples(samples)) == 3  # top 3 of 5: bounded
+    assert sum(v["active"] for v in group_samples(samples).values()) == sum(
+        1 for g in groups if g.id in moved
+    )
+    assert group_order(text, "plain") == []
+    # The BullMQ families are as before, grouped jobs counted as waiting and active.
+    assert samples[("bullmq_job_count", labels(queue="tenants", state="waiting"))] == 18
+    assert samples[("bullmq_job_count", labels(queue="tenants", state="active"))] == 2
+
+
+async def test_group_ids_are_escaped_and_group_is_a_reserved_label(
+    redis: Redis, prefix: str
+) -> None:
+    odd = 'acme "eu"\\branch\nline 2 {x="y"}'
+    await fill_groups(redis, "tenants", prefix, {odd: 2, "plain": 1})
+    text = await prometheus_text(redis, prefix, {"env": "prod"}, group_limit=5)
+    _, samples = parse(text)
+    key = ("echomq_group_jobs", labels(queue="tenants", group=odd, state="waiting", env="prod"))
+    assert samples[key] == 2
+    # Escaped as every label value is: the sample stays on one line.
+    line = next(x for x in text.splitlines() if "acme" in x and 'state="waiting"' in x)
+    assert 'group="acme \\"eu\\"\\\\branch\\nline 2 {x=\\"y\\"}"' in line
+    with pytest.raises(InvalidOptionError, match="'group' is reserved"):
+        await prometheus_text(redis, prefix, {"group": "x"})
+    # Without group series, `group` is a global label like any other (as in BullMQ).
+    plain = await prometheus_text(redis, prefix, {"group": "x"}, group_limit=0)
+    assert all(dict(lbl)["group"] == "x" for _, lbl in parse(plain)[1])
+
+
+async def test_group_limit_zero_is_bullmqs_export_exactly(redis: Redis, prefix: str) -> None:
+    await fill_groups(redis, "tenants", prefix, {"a": 2, "b": 1})
+    text = await prometheus_text(redis, prefix, group_limit=0)
+    async with Queue("tenants", connection=redis, prefix=prefix) as q:
+        # The queue's own export is BullMQ's: no group series, whatever the queue holds.
+        assert await q.export_prometheus_metrics() == text
+    assert set(parse(text)[0]) == BULLMQ_FAMILIES and "echomq_" not in text
+
+
+@pytest.mark.parametrize("bad", [-1, True, 2.5, "3", None])
+async def test_a_bad_group_limit_is_refused_before_any_read(redis: Redis, bad: Any) -> None:
+    with pytest.raises(InvalidOptionError, match="group_limit"):
+        await prometheus_text(redis, "never-read", group_limit=bad)
+
+
+async def test_the_metrics_command_takes_a_group_limit(
+    redis: Redis, redis_url: str, prefix: str
+) -> None:
+    await fill_groups(redis, "tenants", prefix, {"big": 3, "small": 1})
+    server = MetricsServer(redis_url, prefix, "--groups", "1")
+    try:
+        await server.started()
+        status, text = await server.get("/metrics")
+    finally:
+        code, err = await server.stop()
+    assert code == 0, err
+    assert status == 200
+    _, samples = parse(text)
+    assert group_samples(samples) == {"big": {"waiting": 3.0, "active": 0.0}}
+    assert samples[("echomq_groups", labels(queue="tenants"))] == 2
+    off = MetricsServer(redis_url, prefix, "--groups", "0")
+    try:
+        await off.started()
+        assert "echomq_" not in (await off.get("/metrics"))[1]
+    finally:
+        assert (await off.stop())[0] == 0
+
+
+def test_the_metrics_command_refuses_a_negative_group_limit(redis_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "echomq.cli", "metrics", "--url", redis_url, "--groups", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "--groups" in done.stderr and "expected an integer >= 0" in done.stderr

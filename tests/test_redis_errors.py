@@ -19,9 +19,9 @@ from redis.asyncio import Redis
 import echomq
 import echomq.sync
 from echomq import RedisRefusedError, RedisUnavailableError
+from echomq._keys import queue_keys
 from echomq._redis.retry import Outage, classify, refused_reply
 from echomq.embedded import RedisServer
-from echomq.protocol.keys import queue_keys
 from helpers import busy_for
 
 

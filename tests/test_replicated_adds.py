@@ -39,8 +39,8 @@ from echomq import (
     Queue,
     ReplicationError,
 )
+from echomq._keys import queue_keys
 from echomq.embedded import RedisServer
-from echomq.protocol.keys import queue_keys
 from helpers import close_sync_cluster, wait_for
 
 #: Short enough to keep the stopped-replica tests quick, long enough to tell from "at once".

@@ -2,7 +2,7 @@
 
 The loader's rules: each file is read once, includes are inlined once and deterministically,
 the SHA1 is of the final text, calls are EVALSHA with a reload on NOSCRIPT, and
-:func:`~echomq._ops.scripts.ensure_loaded` makes a MULTI/EXEC safe after a flush. These tests flush
+:func:`~echomq._redis.run.ensure_loaded` makes a MULTI/EXEC safe after a flush. These tests flush
 the script cache of the server the suite started (never another one).
 """
 
@@ -16,8 +16,11 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from echomq._keys import queue_keys
 from echomq._ops import scripts
-from echomq.protocol.keys import queue_keys
+from echomq._redis.run import call_script, ensure_loaded
+from echomq._redis.run_sync import call_script as call_script_sync
+from echomq._redis.run_sync import ensure_loaded as ensure_loaded_sync
 
 NAMES = scripts.all_script_names()
 INCLUDE_LINE = re.compile(r'^--@include "([\w-]+)"', re.MULTILINE)
@@ -123,7 +126,7 @@ def test_check_refuses_a_wrong_key_count() -> None:
 async def test_run_refuses_a_wrong_key_count_before_calling_redis(redis: Redis) -> None:
     script, keys, args = _get_state_call("q-wrong-count")
     with pytest.raises(AssertionError):
-        await script.run(redis, keys[:-1], args)
+        await call_script(redis, script, keys[:-1], args)
 
 
 @pytest.mark.parametrize("decoded", [False, True])
@@ -134,7 +137,7 @@ async def test_evalsha_after_script_flush_reloads(
     script, keys, args = _get_state_call(queue_name)
     await client.script_flush()
     assert await client.script_exists(script.sha) == [False]
-    reply = await script.run(client, keys, args)
+    reply = await call_script(client, script, keys, args)
     assert (reply.decode() if isinstance(reply, bytes) else reply) == "unknown"
     assert await client.script_exists(script.sha) == [True]
 
@@ -143,7 +146,7 @@ def test_sync_evalsha_after_script_flush_reloads(sync_redis: SyncRedis, queue_na
     script, keys, args = _get_state_call(queue_name)
     sync_redis.script_flush()
     assert sync_redis.script_exists(script.sha) == [False]
-    assert script.run_sync(sync_redis, keys, args) == b"unknown"
+    assert call_script_sync(sync_redis, script, keys, args) == b"unknown"
     assert sync_redis.script_exists(script.sha) == [True]
 
 
@@ -163,7 +166,7 @@ async def test_ensure_loaded_before_multi_after_flush(redis: Redis, queue_name: 
     script, keys, args = _get_state_call(queue_name)
     add = scripts.get("addJob")
     await redis.script_flush()
-    await scripts.ensure_loaded(redis, [script, add, script])
+    await ensure_loaded(redis, [script, add, script])
     assert await redis.script_exists(script.sha, add.sha) == [True, True]
     async with redis.pipeline(transaction=True) as pipe:
         script.queue(pipe, keys, args)
@@ -177,7 +180,7 @@ def test_sync_ensure_loaded_before_multi_after_flush(
 ) -> None:
     script, keys, args = _get_state_call(queue_name)
     sync_redis.script_flush()
-    scripts.ensure_loaded_sync(sync_redis, [script])
+    ensure_loaded_sync(sync_redis, [script])
     assert sync_redis.script_exists(script.sha) == [True]
     with sync_redis.pipeline(transaction=True) as pipe:
         script.queue(pipe, keys, args)
@@ -185,9 +188,9 @@ def test_sync_ensure_loaded_before_multi_after_flush(
 
 
 async def test_ensure_loaded_of_nothing_sends_nothing(redis: Redis) -> None:
-    await scripts.ensure_loaded(redis, [])
+    await ensure_loaded(redis, [])
     # port 1 has no server (and is never the developer's 6379): any command would fail
-    scripts.ensure_loaded_sync(SyncRedis(host="127.0.0.1", port=1), [])
+    ensure_loaded_sync(SyncRedis(host="127.0.0.1", port=1), [])
 
 
 def test_queue_refuses_a_wrong_key_count() -> None:

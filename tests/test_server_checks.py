@@ -2,7 +2,7 @@
 
 Real servers of their own (``fresh_server``) with the settings under test; the client clock is
 injected where a skew is needed, since the server's cannot be moved. The per-process state of
-``echomq._redis.server_checks`` is cleared around each test, as a fresh port may repeat an address.
+``echomq._redis.server_reports`` is cleared around each test, as a fresh port may repeat an address.
 """
 
 from __future__ import annotations
@@ -22,8 +22,12 @@ import redis.cluster
 import echomq
 import echomq.sync
 from echomq._redis import server_checks as checks
-from echomq._redis.connection import AsyncConn, SyncConn
-from echomq._redis.server_checks import ClockReading, ServerWatch
+from echomq._redis import server_checks_sync as sync_checks
+from echomq._redis import server_reports as reports
+from echomq._redis.connection import AsyncConn
+from echomq._redis.connection_sync import SyncConn
+from echomq._redis.server_checks import ServerWatch
+from echomq._redis.server_reports import ClockReading
 from echomq.embedded import RedisServer
 from helpers import close_sync_cluster, wait_for
 
@@ -42,9 +46,9 @@ def closed_port_url() -> str:
 
 @pytest.fixture(autouse=True)
 def _forget_servers() -> Iterator[None]:
-    checks._forget_all()
+    reports.forget_all()
     yield
-    checks._forget_all()
+    reports.forget_all()
 
 
 def _server_records(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING) -> list[str]:
@@ -119,7 +123,7 @@ async def test_noeviction_says_nothing(
     server = _start(fresh_server, "--maxmemory-policy", "noeviction")
     caplog.set_level(logging.DEBUG, logger="echomq.server")
     await echomq.add(queue_name, "a", connection=server.url)
-    assert checks.is_checked(f"127.0.0.1:{server.port}")
+    assert reports.is_checked(f"127.0.0.1:{server.port}")
     assert _server_records(caplog) == []
 
 
@@ -206,9 +210,9 @@ def test_the_skew_is_taken_at_the_middle_of_the_round_trip() -> None:
 
 
 def test_time_replies_of_every_shape() -> None:
-    assert checks.parse_time([b"1700000000", b"250000"]) == 1700000000.25
-    assert checks.parse_time(("1700000000", "500000")) == 1700000000.5
-    assert checks.parse_time((1700000000, 0)) == 1700000000.0
+    assert reports.parse_time([b"1700000000", b"250000"]) == 1700000000.25
+    assert reports.parse_time(("1700000000", "500000")) == 1700000000.5
+    assert reports.parse_time((1700000000, 0)) == 1700000000.0
 
 
 async def test_skew_against_the_real_server_clock(redis: redis.asyncio.Redis) -> None:
@@ -220,7 +224,7 @@ async def test_skew_against_the_real_server_clock(redis: redis.asyncio.Redis) ->
 
 
 def test_sync_skew_against_the_real_server_clock(sync_redis: redis.Redis) -> None:
-    behind = checks.read_clock_sync(sync_redis, now=lambda: time.time() - 30)
+    behind = sync_checks.read_clock(sync_redis, now=lambda: time.time() - 30)
     assert abs(behind.skew - 30) < 0.1, behind
 
 
@@ -230,7 +234,7 @@ def test_when_a_skew_is_reported(caplog: pytest.LogCaptureFixture) -> None:
 
     def report(skew: float, at: float, uncertainty: float = 0.01) -> list[str]:
         caplog.clear()
-        checks.report_clock(address, ClockReading(skew, uncertainty), at)
+        reports.report_clock(address, ClockReading(skew, uncertainty), at)
         return [r.getMessage() for r in caplog.records if r.name == "echomq.server"]
 
     assert report(0.5, 0) == []  # within tolerance
@@ -240,8 +244,8 @@ def test_when_a_skew_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     assert report(-4.5, 30) == []
     moved = report(-7.0, 40)
     assert len(moved) == 1 and "7.0 s ahead of" in moved[0]
-    assert report(-7.2, 40 + checks.REWARN_AFTER - 1) == []
-    assert len(report(-7.2, 40 + checks.REWARN_AFTER + 1)) == 1  # still there an hour later
+    assert report(-7.2, 40 + reports.REWARN_AFTER - 1) == []
+    assert len(report(-7.2, 40 + reports.REWARN_AFTER + 1)) == 1  # still there an hour later
     assert report(-30.0, 5000, uncertainty=0.8) == []  # too imprecise to say
     back = report(0.1, 5000)
     assert len(back) == 1 and "back within" in back[0]
@@ -273,7 +277,7 @@ def test_a_sync_producer_reports_its_skew(
     caplog.set_level(logging.WARNING, logger="echomq.server")
     conn = SyncConn(server.url)
     try:
-        checks.check_producer_sync(conn, now=lambda: time.time() - 10)
+        sync_checks.check_producer(conn, now=lambda: time.time() - 10)
     finally:
         conn.close()
     warnings = _server_records(caplog)
@@ -310,18 +314,18 @@ async def test_a_failing_check_never_raises(closed_port_url: str) -> None:
         await conn.aclose()
     sync_conn = SyncConn(closed_port_url, connect_timeout=0.2)
     try:
-        checks.check_producer_sync(sync_conn)
+        sync_checks.check_producer(sync_conn)
     finally:
         sync_conn.close()
 
 
 def test_policy_replies_of_every_shape() -> None:
-    assert checks.parse_policy([b"maxmemory-policy", b"allkeys-lru"]) == "allkeys-lru"
-    assert checks.parse_policy({"maxmemory-policy": "noeviction"}) == "noeviction"
+    assert reports.parse_policy([b"maxmemory-policy", b"allkeys-lru"]) == "allkeys-lru"
+    assert reports.parse_policy({"maxmemory-policy": "noeviction"}) == "noeviction"
     per_node = {"a:1": {"maxmemory-policy": "noeviction"}, "b:2": {"maxmemory-policy": "lfu"}}
-    assert checks.parse_policy(per_node) == "lfu"
-    assert checks.parse_policy([]) is None
-    assert checks.parse_policy({}) is None
+    assert reports.parse_policy(per_node) == "lfu"
+    assert reports.parse_policy([]) is None
+    assert reports.parse_policy({}) is None
 
 
 async def test_checks_on_a_cluster(redis_cluster: list[str]) -> None:
@@ -334,7 +338,7 @@ async def test_checks_on_a_cluster(redis_cluster: list[str]) -> None:
         await client.aclose()
     sync_client = redis.cluster.RedisCluster.from_url(redis_cluster[0])
     try:
-        assert checks.read_policy_sync(sync_client) == "noeviction"
-        assert abs(checks.read_clock_sync(sync_client).skew) < 0.1
+        assert sync_checks.read_policy(sync_client) == "noeviction"
+        assert abs(sync_checks.read_clock(sync_client).skew) < 0.1
     finally:
         close_sync_cluster(sync_client)

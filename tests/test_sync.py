@@ -29,7 +29,7 @@ from redis.asyncio import Redis as AsyncRedis
 import echomq
 import echomq.sync
 from echomq import JobData, JobState
-from echomq.protocol.keys import queue_keys
+from echomq._keys import queue_keys
 from helpers import snapshot_sync
 
 FUNCTIONS = [
@@ -43,6 +43,11 @@ FUNCTIONS = [
     "get_deduplication_job_id",
     "get_global_concurrency",
     "get_global_rate_limit",
+    "get_group_concurrency",
+    "get_group_job_counts",
+    "get_group_jobs",
+    "get_group_rate_limit",
+    "get_groups",
     "get_job",
     "get_job_counts",
     "get_job_logs",
@@ -56,30 +61,43 @@ FUNCTIONS = [
     "is_paused",
     "obliterate",
     "pause",
+    "pause_group",
     "promote_jobs",
     "rate_limit",
     "remove",
     "remove_deduplication_key",
     "remove_global_concurrency",
     "remove_global_rate_limit",
+    "remove_group_concurrency",
+    "remove_group_jobs",
+    "remove_group_rate_limit",
     "remove_rate_limit_key",
     "resume",
+    "resume_group",
     "retry_jobs",
     "set_global_concurrency",
     "set_global_rate_limit",
+    "set_group_concurrency",
+    "set_group_rate_limit",
     "trim_events",
 ]
 JOB_METHODS = [
     "change_delay",
     "change_priority",
+    "clear_logs",
     "get_logs",
     "get_state",
+    "is_active",
     "is_completed",
+    "is_delayed",
     "is_failed",
+    "is_waiting",
+    "is_waiting_children",
     "log",
     "promote",
     "refresh",
     "remove",
+    "remove_deduplication_key",
     "retry",
     "update_data",
     "update_progress",

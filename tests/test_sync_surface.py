@@ -87,6 +87,26 @@ def test_unasync_rewrites() -> None:
         unasync.unasync_text("# unasync: async-only\n")
 
 
+def test_unasync_rewrites_the_redis_io_beside_its_source() -> None:
+    # _redis/run.py -> _redis/run_sync.py: relative imports stay, the Redis I/O modules become
+    # their twins, and each step where redis-py's two APIs differ takes its sync variant.
+    unasync = _unasync()
+    text = (
+        "from . import variants\n"
+        "from .run import run_op\n"
+        "from .._redis.connection import AsyncConn\n"
+        "FirstUse = Callable[[AsyncConn], Awaitable[None]]\n"
+        "    await variants.call(client, None, cmd)\n"
+    )
+    assert unasync.unasync_text(text, beside=True) == (
+        "from . import variants\n"
+        "from .run_sync import run_op\n"
+        "from .._redis.connection_sync import SyncConn\n"
+        "FirstUse = Callable[[SyncConn], None]\n"
+        "    variants.call_sync(client, None, cmd)\n"
+    )
+
+
 def _public(obj: Any) -> set[str]:
     names = {n for n in dir(obj) if not n.startswith("_")}
     if inspect.isclass(obj):
@@ -221,7 +241,7 @@ class _NeverRun:
 
 
 def _keys(name: str) -> Any:
-    from echomq.protocol.keys import queue_keys
+    from echomq._keys import queue_keys
 
     return queue_keys(name)
 

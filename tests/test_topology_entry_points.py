@@ -79,8 +79,13 @@ def test_the_cli_adds_and_runs_jobs_on_a_topology_url(tmp_path: Path, topology_u
 def test_the_dashboard_on_a_topology_url(topology_url: str) -> None:
     queue = f"{{dash-{uuid.uuid4().hex[:8]}}}"
     job = asyncio.run(echomq.add(queue, "shown", {"x": 1}, connection=topology_url))
+    grouped = asyncio.run(echomq.add(queue, "mine", {}, group="acme", connection=topology_url))
     with TestClient(create_app(connection=topology_url, queues=[queue])) as client:
         assert client.get("/healthz").text == "ok\n"
         page = client.get(f"/queues/{queue}?state=waiting")
         assert page.status_code == 200
         assert f"/jobs/{job.id}" in page.text
+        groups = client.get(f"/queues/{queue}?state=groups")  # the group reads, one slot
+        assert groups.status_code == 200 and 'data-group="acme"' in groups.text
+        acme = client.get(f"/queues/{queue}?state=groups&group=acme")
+        assert acme.status_code == 200 and f'data-job="{grouped.id}"' in acme.text

@@ -29,7 +29,7 @@ from echomq import (
     Queue,
     ValidationError,
 )
-from echomq.protocol.keys import queue_keys
+from echomq._keys import queue_keys
 from helpers import snapshot
 
 

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .peers import BENCH, PEERS, Peer, setup
+from .peers import BENCH, DEFAULT_PEERS, PEERS, Peer, setup
 from .phases import VerificationError
 from .redisproc import RedisServer
 from .report import publish
@@ -143,7 +143,7 @@ def render(data: dict[str, Any]) -> str:
 def main(opts: argparse.Namespace, workdir: Path) -> int:
     """Run the cpu phase alone (``--phases cpu``): set up, drain, report."""
     names = [x.strip() for x in opts.peers.split(",") if x.strip()]
-    if set(names) == set(PEERS) or not names:  # run.py's default: all the cpu peers
+    if set(names) == set(DEFAULT_PEERS) or not names:  # run.py's default: all the cpu peers
         names = list(CPU_PEERS)
     unknown = [x for x in names if x not in CPU_PEERS]
     if unknown:

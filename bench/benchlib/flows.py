@@ -35,8 +35,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .peers import Adapter, Peer, run_once
-from .phases import VerificationError, check_worker
+from .peers import AdapterError, Peer, run_once
+from .phases import VerificationError, check_worker, start_worker
 from .redisproc import RedisServer, RespClient
 
 PREFIX = "bull"  # both libraries' default key prefix
@@ -209,17 +209,14 @@ def flow(
 
     timeout = max(120.0, total / 5)
     stats0, before = redis.commandstats(), redis.snapshot()
-    a = Adapter(
+    a, why = start_worker(
         peer,
-        "worker",
         ["--url", redis.url, "--queue", qname, "--n", str(total), "--flow"]
         + ["--concurrency", str(CONCURRENCY), "--timeout", str(timeout)],
         log,
     )
-    msg = a.next_message(60)
-    if not msg.get("ready"):
-        a.kill()
-        raise RuntimeError(f"{peer.name}: expected ready, got {msg}")
+    if a is None:
+        raise AdapterError(f"{peer.name}: a flow worker answered unsupported: {why}")
     msg = a.next_message(timeout + 30)
     a.wait(timeout=60)
     after, stats1 = redis.snapshot(), redis.commandstats()

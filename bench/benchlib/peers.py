@@ -66,6 +66,7 @@ PEERS: dict[str, Peer] = {
         Peer("taskiq", "python", "taskiq", "taskiq_peer.py"),
         Peer("dramatiq", "python", "dramatiq", "dramatiq_peer.py"),
         Peer("rq", "python", "rq", "rq_peer.py"),
+        Peer("celery", "python", "celery", "celery_peer.py"),
     ]
 }
 UVLOOP_PEER = Peer(
@@ -78,7 +79,9 @@ UVLOOP_PEER = Peer(
     flows=True,
     schedulers=True,
 )
-DEFAULT_PEERS = list(PEERS)
+#: Celery runs when named (``--peers ...,celery``): the published all-peers tables before it
+#: came without it.
+DEFAULT_PEERS = [name for name in PEERS if name != "celery"]
 
 
 def _sha(path: Path) -> str:
@@ -206,7 +209,9 @@ class Adapter:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AdapterError(f"{self.peer.name} {self.role}: did not exit (log: {self.log})")
+            raise AdapterError(
+                f"{self.peer.name} {self.role}: did not exit (log: {self.log})"
+            ) from None
         finally:
             self._err.flush()
         if rc != 0:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .peers import Adapter, Peer, run_once
+from .peers import Adapter, AdapterError, Peer, run_once
 from .redisproc import RedisServer
 
 
@@ -62,6 +62,20 @@ def check_worker(
         raise VerificationError(
             f"VERIFICATION FAILED for {peer.name} ({what}): " + "; ".join(problems)
         )
+
+
+def start_worker(peer: Peer, args: list[str], log: Path) -> tuple[Adapter | None, str]:
+    """A worker process that has reported ``ready``, or (None, why) when it answered
+    ``unsupported``."""
+    a = Adapter(peer, "worker", args, log)
+    msg = a.next_message(60)
+    if "unsupported" in msg:
+        a.wait()
+        return None, msg["unsupported"]
+    if not msg.get("ready"):
+        a.kill()
+        raise AdapterError(f"{peer.name}: expected ready, got {msg}")
+    return a, ""
 
 
 def _base_args(url: str, qname: str, n: int) -> list[str]:
@@ -102,25 +116,10 @@ def drain(
     peer: Peer, redis: RedisServer, qname: str, n: int, concurrency: int, log: Path, timeout: float
 ) -> dict[str, Any] | None:
     before = redis.snapshot()
-    a = Adapter(
-        peer,
-        "worker",
-        [
-            *_base_args(redis.url, qname, n),
-            "--concurrency",
-            str(concurrency),
-            "--timeout",
-            str(timeout),
-        ],
-        log,
-    )
-    msg = a.next_message(60)
-    if "unsupported" in msg:
-        a.wait()
+    args = [*_base_args(redis.url, qname, n), "--concurrency", str(concurrency)]
+    a, _why = start_worker(peer, [*args, "--timeout", str(timeout)], log)
+    if a is None:
         return None
-    if not msg.get("ready"):
-        a.kill()
-        raise RuntimeError(f"{peer.name}: expected ready, got {msg}")
     msg = a.next_message(timeout + 30)
     a.wait(timeout=60)
     after = redis.snapshot()
@@ -194,8 +193,9 @@ def latency(
 
 
 PHASES = ("seq", "bulk", "latency", "flow")  # flow: see benchlib/flows.py
-#: Phases run only when --phases names them (scheduler: benchlib/schedulers.py, ~35 s a peer).
-EXTRA_PHASES = ("scheduler",)
+#: Phases run only when --phases names them (scheduler: benchlib/schedulers.py, ~35 s a peer;
+#: failing, producers, lateness: benchlib/failing.py, producers.py, lateness.py).
+EXTRA_PHASES = ("scheduler", "failing", "producers", "lateness")
 
 
 def one_repeat(

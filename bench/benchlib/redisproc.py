@@ -9,6 +9,7 @@ later ``start`` on the same port and directory reproduce a crash and a restart.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import time
@@ -177,10 +178,8 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.client is not None:
-            try:
+            with contextlib.suppress(OSError, RuntimeError, ConnectionError):
                 self.client.call("SHUTDOWN", "NOSAVE")
-            except (OSError, RuntimeError, ConnectionError):
-                pass
             self.client.close()
             self.client = None
         if self.proc is not None:

@@ -8,8 +8,12 @@
 // Flows: `enqueue --mode flow --n TREES --children C --batch B` (FlowProducer.addBulk, B trees
 // per call) and `worker --flow`, with the same job names, data and return value as
 // bench/peers/echomq_peer.py (see bench/peers/_common.py).
-// Failing jobs (bench/failing_jobs.py): `enqueue --mode bulk --attempts A` (no backoff) and `worker
-// --fail-once`, whose processor throws on a job's first attempt, as the Python adapter's raises.
+// Failing jobs (bench/failing_jobs.py, the failing phase): `enqueue --mode bulk|seq --attempts A` (no
+// backoff) and `worker --fail-once`, whose processor throws on a job's first attempt, as the Python
+// adapter's raises.
+// Delayed jobs (the lateness phase): `enqueue --mode delayed --span S` (addBulk with a delay option,
+// delayMs(i) as _common.py's delay_ms; reports due_ms) and `worker --delayed` (processor starts on the
+// wall clock, performance.timeOrigin + performance.now(), all reported), as _common.py says.
 // Many producers (bench/producers.py): `enqueue --mode concurrent --producers P [--auto-pipelining 1]`,
 // --n adds shared by P concurrent async producers on one Queue, whose ioredis client has
 // enableAutoPipelining when asked; the result carries cpu_s, the process CPU of the timed part.
@@ -31,11 +35,12 @@ function parseArgs(argv) {
     role: argv[0], url: 'redis://127.0.0.1:6379/0', queue: 'bench', n: 1000, mode: 'seq',
     batch: 1000, concurrency: 1, timeout: 300, budget: 60, gap: 0.005, latency: false,
     children: 10, flow: false, attempts: 1, 'fail-once': false, every: 1.0, duration: 30, warmup: 2,
+    span: 10, delayed: false,
     samples: 5, 'previous-ms': 0, 'delay-ms': 0, 'idle-gap': 0.5,
   };
   for (let k = 1; k < argv.length; k++) {
     const key = argv[k].replace(/^--/, '');
-    if (['latency', 'uvloop', 'flow', 'fail-once'].includes(key)) { opts[key] = true; continue; }
+    if (['latency', 'uvloop', 'flow', 'fail-once', 'delayed'].includes(key)) { opts[key] = true; continue; }
     const value = argv[++k];
     opts[key] = typeof opts[key] === 'number' ? Number(value) : value;
   }
@@ -44,6 +49,10 @@ function parseArgs(argv) {
 
 function emit(obj) { process.stdout.write('@@bench ' + JSON.stringify(obj) + '\n'); }
 const nowNs = () => Number(process.hrtime.bigint());
+// The wall clock in ms with sub-ms resolution (Date.now() has whole ms), as Python's time.time().
+const wallMs = () => performance.timeOrigin + performance.now();
+// Job i's delay in whole ms, as bench/peers/_common.py's delay_ms.
+const delayMs = (i, n, spanMs) => Math.floor(((i * 0.6180339887498949) % 1) * spanMs);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // In native ESM BullMQ 6 wants a constructed client; each Queue/Worker/QueueEvents gets
@@ -110,15 +119,36 @@ async function enqueueConcurrent(o) {
   emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9, cpu_s: (cpu.user + cpu.system) / 1e6 } });
 }
 
+// --n delayed jobs in addBulk calls of --batch, each stamped just before its call (_common.DelayedAdds).
+async function enqueueDelayed(o, queue) {
+  const due = new Array(o.n);
+  const t0 = nowNs();
+  for (let s = 0; s < o.n; s += o.batch) {
+    const jobs = [];
+    const t = Math.floor(wallMs()); // whole ms, as the timestamp BullMQ gives the job
+    for (let i = s; i < Math.min(o.n, s + o.batch); i++) {
+      const delay = delayMs(i, o.n, o.span * 1000);
+      due[i] = t + delay;
+      jobs.push({ name: JOB_NAME, data: { i }, opts: { delay } });
+    }
+    await queue.addBulk(jobs);
+  }
+  const t1 = nowNs();
+  await queue.close();
+  emit({ result: { n: o.n, seconds: (t1 - t0) / 1e9, due_ms: due } });
+}
+
 async function enqueue(o) {
   if (o.mode === 'flow') return enqueueFlows(o);
   if (o.mode === 'concurrent') return enqueueConcurrent(o);
   const queue = new Queue(o.queue, { connection: connection(o.url) });
   await queue.waitUntilReady();
   await queue.getJobCounts(); // loads the scripts outside the timing
+  if (o.mode === 'delayed') return enqueueDelayed(o, queue);
   const t0 = nowNs();
   if (o.mode === 'seq') {
-    for (let i = 0; i < o.n; i++) await queue.add(JOB_NAME, { i });
+    const opts = o.attempts > 1 ? { attempts: o.attempts } : undefined;
+    for (let i = 0; i < o.n; i++) await queue.add(JOB_NAME, { i }, opts);
   } else {
     for (let s = 0; s < o.n; s += o.batch) {
       const jobs = [];
@@ -145,8 +175,9 @@ async function worker(o) {
   const done = new Promise((resolve) => { finish = resolve; });
   process.stdin.on('end', () => finish()).resume();
 
+  const clock = o.delayed ? () => Math.round(wallMs() * 1e6) : nowNs; // ns
   const w = new Worker(o.queue, async (job) => {
-    const t = nowNs();
+    const t = clock();
     const i = job.data.i;
     if (o['fail-once'] && job.attemptsMade === 0) {
       failed.set(i, (failed.get(i) || 0) + 1);
@@ -193,7 +224,7 @@ async function worker(o) {
     result.failed_distinct = failed.size;
   }
   const byI = (m) => Object.fromEntries([...m].map(([k, v]) => [String(k), v]));
-  if (o.latency || o.flow) result.starts = byI(starts);
+  if (o.latency || o.flow || o.delayed) result.starts = byI(starts);
   if (o.flow) result.ends = byI(ends);
   emit({ result });
 }

@@ -26,10 +26,29 @@ raises) and completes the second; the tracker counts the failed attempts apart
 (``failed_attempts``, ``failed_distinct``), so ``first_ns`` is the first attempt of any kind and
 the drain still ends when every ``i`` completed once.
 
-Many producers (bench/producers.py): ``enqueue --mode concurrent --producers P`` makes the
-``--n`` adds from P concurrent producers (coroutines) sharing one ``Queue``, or with ``--api
-module`` (echomq) the module-level ``add`` on one shared client; the result carries
-``cpu_s``, the producer process's CPU over the timed part.
+The failing phase of bench/run.py (benchlib/failing.py) adds the same way (``--mode bulk``, or
+``--mode seq`` for a library without bulk adds, both with ``--attempts``). Each adapter uses its
+library's own retry mechanism, with no backoff or delay where the library allows it; where the
+number of attempts is declared on the worker's side (arq's ``max_tries``, Celery's
+``max_retries``), ``--fail-once`` declares 2. A library without a retry mechanism, or a worker
+that cannot run at the concurrency asked, answers ``unsupported``.
+
+Many producers (bench/producers.py, the producers phase of bench/run.py): ``enqueue --mode
+concurrent --producers P`` makes the ``--n`` adds from P concurrent producers (coroutines)
+sharing one ``Queue`` (or the library's one producer object), or with ``--api module``
+(echomq) the module-level ``add`` on one shared client, after one unmeasured warm-up add (then
+the database is flushed); the result carries ``cpu_s``, the producer process's CPU over the
+timed part (see :func:`run_concurrent_async`). Libraries without an asyncio producer answer
+``unsupported``.
+
+Delayed jobs (the lateness phase, benchlib/lateness.py): ``enqueue --mode delayed --span S``
+adds the ``--n`` jobs, job ``i`` delayed by :func:`delay_ms` (integer ms spread over S
+seconds), in bulk calls of ``--batch`` where the library has them, and reports ``due_ms``: for
+each ``i`` the wall clock (``time.time()``, ms) read just before its add call plus its delay,
+which is at or before the due time the library computes (see :class:`DelayedAdds`).
+``worker --delayed`` records processor starts on the wall clock (``time.time_ns()``; Node:
+``performance.timeOrigin + performance.now()``) and reports them all in ``starts``, so the
+harness takes lateness = start - due.
 
 ``idle`` (bench/idle_latency.py) runs a worker at ``--concurrency`` and its producer in one
 process (one clock) and prints only ``{"result": {...}}``. Every job's data is ``{"i": I, "ms":
@@ -43,7 +62,7 @@ wait for that job to end and ``IDLE_SETTLE_S`` more before the next sample (see
 Timestamps are ``time.monotonic_ns()`` (CLOCK_MONOTONIC on Linux), which is shared
 between processes on one machine, so the harness can subtract a producer's enqueue time
 from a worker's processor-start time. Node's ``process.hrtime.bigint()`` reads the same
-clock.
+clock. The one exception is ``worker --delayed`` (wall clock, as the due times).
 """
 
 from __future__ import annotations
@@ -77,12 +96,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--url", default="redis://127.0.0.1:6379/0")
     p.add_argument("--queue", default="bench")
     p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--mode", choices=["seq", "bulk", "flow", "concurrent"], default="seq")
+    p.add_argument(
+        "--mode", choices=["seq", "bulk", "flow", "concurrent", "delayed"], default="seq"
+    )
     p.add_argument("--batch", type=int, default=1000, help="jobs (flow: trees) per bulk call")
     p.add_argument("--children", type=int, default=10, help="flow: children per parent")
     p.add_argument("--flow", action="store_true", help="worker: drain flows (return 1, ends)")
     p.add_argument("--attempts", type=int, default=1, help="enqueue: attempts per job (1)")
     p.add_argument("--fail-once", action="store_true", help="worker: fail each job's first attempt")
+    # the lateness phase (benchlib/lateness.py): --mode delayed and worker --delayed
+    p.add_argument("--span", type=float, default=10.0, help="delayed: delays spread over (s)")
+    p.add_argument("--delayed", action="store_true", help="worker: wall-clock starts, all kept")
     # enqueue --mode concurrent (bench/producers.py): --n adds over --producers coroutines
     p.add_argument("--producers", type=int, default=1, help="concurrent: producers (1)")
     p.add_argument("--api", choices=["queue", "module"], default="queue", help="concurrent")
@@ -102,6 +126,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--delay-ms", type=float, default=0.0, help="idle: second job's delay (ms)")
     p.add_argument("--idle-gap", type=float, default=0.5, help="idle: idle time before add (s)")
     return p.parse_args(argv)
+
+
+#: Why a library with a synchronous producer has no producers phase.
+SYNC_PRODUCER = "its producer is synchronous (no asyncio API)"
+
+
+def refused(args: argparse.Namespace, **why: str) -> bool:
+    """Answer ``unsupported`` (and return True) when ``--mode`` is one of ``why``'s keys."""
+    if args.mode in why:
+        unsupported(why[args.mode])
+        return True
+    return False
+
+
+def dispatch(version: Callable[[], str], roles: dict[str, Callable[[Any], Any]]) -> None:
+    """A synchronous adapter's ``main``: the ``version`` role, or the role's function."""
+    args = parse_args()
+    if args.role == "version":
+        emit_result({"version": version()})
+        return
+    roles[args.role](args)
 
 
 def emit(obj: dict[str, Any]) -> None:
@@ -154,9 +199,15 @@ class Tracker:
     values have been seen.
     """
 
-    def __init__(self, expected: int, on_complete: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        expected: int,
+        on_complete: Callable[[], None] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
         self.expected = expected
         self.on_complete = on_complete
+        self.clock = clock  # time.time_ns for worker --delayed
         self.starts: dict[int, int] = {}
         self.ends: dict[int, int] = {}
         self.executions = 0
@@ -168,7 +219,7 @@ class Tracker:
         self._fired = False
 
     def record(self, i: int, t_ns: int | None = None) -> None:
-        t = now_ns() if t_ns is None else t_ns
+        t = self.clock() if t_ns is None else t_ns
         fire = False
         with self._lock:
             self.executions += 1
@@ -187,11 +238,20 @@ class Tracker:
 
     def record_failure(self, i: int) -> None:
         """Note an attempt of ``i`` that is about to fail on purpose (``--fail-once``)."""
-        t = now_ns()
+        t = self.clock()
         with self._lock:
             self.failed[i] = self.failed.get(i, 0) + 1
             if self.first_ns is None or t < self.first_ns:
                 self.first_ns = t
+
+    def attempt(self, i: int, fail: bool, error: BaseException | None = None) -> None:
+        """The processor's part for ``i``: record the run, or with ``fail`` (``--fail-once``
+        and the job's first attempt) note the failure and raise ``error`` (a RuntimeError by
+        default; arq retries on its own ``Retry``)."""
+        if fail:
+            self.record_failure(i)
+            raise error or RuntimeError("failing the first attempt on purpose")
+        self.record(i)
 
     def record_end(self, i: int) -> None:
         """Note when the processor of ``i`` returned (flows: a parent must start later)."""
@@ -227,6 +287,102 @@ class Tracker:
         if self.ends:
             out["ends"] = {str(k): v for k, v in self.ends.items()}
         return out
+
+
+def tracker_for(args: argparse.Namespace, on_complete: Callable[[], None] | None) -> Tracker:
+    """The worker's Tracker: ``on_complete`` in drain mode (not with ``--latency``), the wall
+    clock with ``--delayed``."""
+    clock = time.time_ns if args.delayed else time.monotonic_ns
+    return Tracker(args.n, None if args.latency else on_complete, clock)
+
+
+def with_starts(args: argparse.Namespace) -> bool:
+    """Whether the worker's result lists every processor start (``starts``)."""
+    return bool(args.latency or args.flow or args.delayed)
+
+
+def delay_ms(i: int, n: int, span_ms: float) -> int:
+    """Job ``i``'s delay in whole ms: the fractional parts of ``i`` times the golden ratio
+    spread the ``n`` delays evenly over ``[0, span_ms)`` in an order unrelated to ``i``
+    (bench/node/bullmq_peer.mjs computes the same)."""
+    return int((i * 0.6180339887498949) % 1.0 * span_ms)
+
+
+class DelayedAdds:
+    """``enqueue --mode delayed``: the jobs in batches of ``batch``, with their due times.
+
+    ``for jobs in plan.batches(): add(jobs)`` (or ``await add(jobs)``), where ``jobs`` is a
+    list of ``(i, delay in ms)``: each batch is stamped with the wall clock (whole ms, rounded
+    down) just before it is handed over, so a due time recorded here is never after the
+    library's own.
+    """
+
+    def __init__(self, args: argparse.Namespace, batch: int) -> None:
+        self.n = args.n
+        self.span_ms = args.span * 1000
+        self.batch = batch
+        self.due_ms: list[int] = [0] * args.n
+        self.t0 = self.t1 = 0
+
+    def batches(self) -> Any:
+        self.t0 = now_ns()
+        for chunk in chunks(self.n, self.batch):
+            jobs = [(i, delay_ms(i, self.n, self.span_ms)) for i in chunk]
+            t = time.time_ns() // 1_000_000  # whole ms: libraries stamp jobs in whole ms
+            for i, d in jobs:
+                self.due_ms[i] = t + d
+            yield jobs
+        self.t1 = now_ns()
+
+    def each(self) -> Any:
+        """One job at a time (a plan made with ``batch`` 1): ``(i, delay in ms)``."""
+        for [(i, d)] in self.batches():
+            yield i, d
+
+    def result(self) -> dict[str, Any]:
+        return timed_enqueue_result(self.n, self.t0, self.t1) | {"due_ms": self.due_ms}
+
+
+async def run_mode_async(
+    args: argparse.Namespace,
+    add: Callable[[int], Any],
+    flush: Callable[[], Any],
+    add_delayed: Callable[[list[tuple[int, int]]], Any],
+    batch: int = 1,
+) -> dict[str, Any] | None:
+    """``enqueue --mode concurrent`` (:func:`run_concurrent_async` with ``add`` and ``flush``)
+    or ``--mode delayed`` (``add_delayed(jobs)`` per batch of ``batch`` ``(i, delay ms)``
+    pairs; 1 for a library without a bulk add); None for the other modes."""
+    if args.mode == "concurrent":
+        return await run_concurrent_async(args, add, flush)
+    if args.mode != "delayed":
+        return None
+    plan = DelayedAdds(args, batch)
+    for jobs in plan.batches():
+        await add_delayed(jobs)
+    return plan.result()
+
+
+async def run_concurrent_async(
+    args: argparse.Namespace, add: Callable[[int], Any], flush: Callable[[], Any]
+) -> dict[str, Any]:
+    """``enqueue --mode concurrent``: ``add(-1)`` once (scripts loaded, connections open), then
+    ``flush()`` (drops it: this Redis is private to the benchmark), then the ``--n`` adds shared
+    by ``--producers`` coroutines; ``add(i)`` is the library's add, a coroutine."""
+    import asyncio
+
+    await add(-1)
+    await flush()
+    todo = iter(range(args.n))
+
+    async def producer() -> None:
+        for i in todo:
+            await add(i)
+
+    cpu0, t0 = cpu_seconds(), now_ns()
+    await asyncio.gather(*(producer() for _ in range(args.producers)))
+    t1, cpu1 = now_ns(), cpu_seconds()
+    return timed_enqueue_result(args.n, t0, t1) | {"cpu_s": cpu1 - cpu0}
 
 
 def run_latency_sync(
@@ -270,6 +426,14 @@ def timed_enqueue_result(n: int, started_ns: int, ended_ns: int) -> dict[str, An
     return {"n": n, "seconds": (ended_ns - started_ns) / 1e9}
 
 
+def timed_adds(n: int, add: Callable[[int], Any]) -> dict[str, Any]:
+    """A synchronous producer's ``add(i)`` for every ``i``, one after another, timed."""
+    t0 = now_ns()
+    for i in range(n):
+        add(i)
+    return timed_enqueue_result(n, t0, now_ns())
+
+
 def run_main(main: Callable[[], Any], use_uvloop: bool) -> Any:
     """Run the coroutine function ``main`` on asyncio's loop, or uvloop's if asked.
 
@@ -305,9 +469,7 @@ def async_tracker(args: argparse.Namespace, done: Any) -> Tracker:
     import asyncio
 
     loop = asyncio.get_running_loop()
-    if args.latency:
-        return Tracker(args.n)
-    return Tracker(args.n, lambda: loop.call_soon_threadsafe(done.set))
+    return tracker_for(args, lambda: loop.call_soon_threadsafe(done.set))
 
 
 async def drive_async_worker(
@@ -341,9 +503,33 @@ async def drive_async_worker(
     await asyncio.sleep(GRACE_S)  # let a duplicate delivery show up before we stop
     await stop()
     emit_result(
-        tracker.summary(
-            ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency or args.flow
-        )
+        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=with_starts(args))
+    )
+
+
+def drive_sync_worker(
+    args: argparse.Namespace,
+    tracker: Tracker,
+    done: threading.Event,
+    start: Callable[[], Any],
+    stop: Callable[[], Any],
+) -> None:
+    """Common life cycle of a thread-pool worker adapter (dramatiq, Celery), as
+    :func:`drive_async_worker`: ``ready``, ``start()``, until every job ran (or stdin closes),
+    then ``stop()`` and the result; ``done`` is the event the tracker's ``on_complete`` sets."""
+    watch_stdin(done.set)
+    cpu0 = cpu_seconds()
+    ready = now_ns()
+    emit_ready()
+    start()
+    if not done.wait(args.timeout):
+        print(f"worker timed out after {args.timeout}s", file=sys.stderr)
+    stop_ns = now_ns()
+    cpu = cpu_seconds() - cpu0
+    threading.Event().wait(GRACE_S)  # let a duplicate delivery show up
+    stop()
+    emit_result(
+        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=with_starts(args))
     )
 
 

@@ -9,18 +9,25 @@ At ``max_jobs=1`` arq's poll loop starts one job per poll (its semaphore holds
 ``max_jobs + 1`` slots and the loop stops once ``max_jobs`` jobs are counted), i.e. 2 jobs/s
 with the default poll delay; the c=1 drain is therefore reported as unsupported rather
 than run for over an hour.
+
+Retries: arq retries a job whose function raises ``Retry`` (any other exception fails it for
+good), up to the function's ``max_tries``; with ``--fail-once`` the function is declared with
+``max_tries=2`` (``--attempts`` at the enqueue has no arq equivalent) and raises ``Retry()``,
+without ``defer``, on ``ctx["job_try"] == 1``. Delayed jobs: ``enqueue_job(..., _defer_by=s)``.
+Concurrent producers share one ``ArqRedis`` pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 
 import _common as c
 from arq import create_pool
 from arq.connections import RedisSettings
 from arq.jobs import JobStatus
-from arq.worker import Worker, func
+from arq.worker import Retry, Worker, func
 
 
 def settings(args) -> RedisSettings:
@@ -28,11 +35,23 @@ def settings(args) -> RedisSettings:
 
 
 async def enqueue(args) -> None:
-    if args.mode == "bulk":
-        c.unsupported("arq has no bulk enqueue API")
+    if c.refused(args, bulk="arq has no bulk enqueue API"):
         return
     pool = await create_pool(settings(args), default_queue_name=args.queue)
     await pool.ping()
+
+    async def add(i: int) -> None:
+        await pool.enqueue_job(c.JOB_NAME, i)
+
+    async def add_delayed(jobs: list[tuple[int, int]]) -> None:
+        [(i, d)] = jobs
+        await pool.enqueue_job(c.JOB_NAME, i, _defer_by=d / 1000)
+
+    result = await c.run_mode_async(args, add, pool.flushdb, add_delayed)
+    if result is not None:
+        await pool.aclose()
+        c.emit_result(result)
+        return
     t0 = c.now_ns()
     for i in range(args.n):
         await pool.enqueue_job(c.JOB_NAME, i)
@@ -52,11 +71,11 @@ async def worker(args) -> None:
     tracker = c.async_tracker(args, done)
 
     async def noop(ctx, i: int):
-        tracker.record(i)
+        tracker.attempt(i, args.fail_once and ctx["job_try"] == 1, Retry())
         return None
 
     w = Worker(
-        functions=[func(noop, name=c.JOB_NAME)],
+        functions=[func(noop, name=c.JOB_NAME, max_tries=2 if args.fail_once else None)],
         redis_settings=settings(args),
         queue_name=args.queue,
         max_jobs=args.concurrency,
@@ -69,10 +88,8 @@ async def worker(args) -> None:
 
     async def stop():
         holder["task"].cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await holder["task"]
-        except asyncio.CancelledError:
-            pass
         await w.close()
 
     await c.drive_async_worker(args, tracker, start, stop, done)

@@ -2,7 +2,9 @@
 
 Idiomatic use: ``Queue.add`` / ``Queue.addBulk``; one ``Worker`` with the
 ``concurrency`` option; results through ``QueueEvents`` listening on the per-job
-``completed:<id>`` channel (the port has no ``waitUntilFinished``).
+``completed:<id>`` channel (the port has no ``waitUntilFinished``). Retries: the ``attempts``
+job option (no backoff), the processor raising on ``job.attemptsMade == 0``; delayed jobs: the
+``delay`` option in ``addBulk``; concurrent producers share one ``Queue``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,30 @@ from bullmq import Queue, QueueEvents, Worker
 async def enqueue(args) -> None:
     queue = Queue(args.queue, {"connection": args.url})
     await queue.getJobCounts()  # connect (and load scripts lazily) outside the timing
+
+    async def add(i: int) -> None:
+        await queue.add(c.JOB_NAME, {"i": i})
+
+    async def add_delayed(jobs: list[tuple[int, int]]) -> None:
+        await queue.addBulk(
+            [{"name": c.JOB_NAME, "data": {"i": i}, "opts": {"delay": d}} for i, d in jobs]
+        )
+
+    result = await c.run_mode_async(args, add, queue.client.flushdb, add_delayed, args.batch)
+    if result is not None:
+        await queue.close()
+        c.emit_result(result)
+        return
+    opts = {"attempts": args.attempts} if args.attempts > 1 else {}
     t0 = c.now_ns()
     if args.mode == "seq":
         for i in range(args.n):
-            await queue.add(c.JOB_NAME, {"i": i})
+            await queue.add(c.JOB_NAME, {"i": i}, opts)
     else:
         for chunk in c.chunks(args.n, args.batch):
-            await queue.addBulk([{"name": c.JOB_NAME, "data": {"i": i}} for i in chunk])
+            await queue.addBulk(
+                [{"name": c.JOB_NAME, "data": {"i": i}, "opts": opts} for i in chunk]
+            )
     t1 = c.now_ns()
     await queue.close()
     c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
@@ -34,7 +53,7 @@ async def worker(args) -> None:
     tracker = c.async_tracker(args, done)
 
     async def process(job, token):
-        tracker.record(job.data["i"])
+        tracker.attempt(job.data["i"], args.fail_once and job.attemptsMade == 0)
         return None
 
     opts = {"connection": args.url, "concurrency": args.concurrency, "autorun": False}

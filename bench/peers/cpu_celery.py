@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
-
 import cpu_jobs
+from celery import Celery
 
 app = Celery("cpu_bench", broker=os.environ.get("ECHOMQ_BENCH_CELERY_BROKER", "redis://"))
 app.conf.update(

@@ -63,8 +63,9 @@ def read_runs(path: str) -> list[list[int]]:
 def run_echomq(args: argparse.Namespace, log: str) -> int:
     import asyncio
 
-    import echomq
     from cpu_jobs import echomq_burn
+
+    import echomq
 
     async def main() -> int:
         for chunk in c.chunks(args.n, 1000):

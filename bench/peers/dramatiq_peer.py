@@ -6,17 +6,24 @@ True)``; ``noop.send(i)`` to enqueue; one ``dramatiq.Worker`` (what ``dramatiq``
 command runs in each process) with ``worker_threads`` as its concurrency and dramatiq's
 default ``worker_timeout`` (an idle consumer backs off polling up to 1 s); results
 through ``message.get_result(block=True)``. dramatiq has no bulk-enqueue API.
+
+Retries: dramatiq's ``Retries`` middleware (in its default set); the enqueue side gives each
+message ``max_retries`` = ``--attempts`` - 1 and ``min_backoff=0``, so the retry is sent again
+with a delay of 0 ms (through the delay queue, as every dramatiq retry); with ``--fail-once``
+the worker adds the ``CurrentMessage`` middleware and the actor raises while the message's
+``retries`` option is 0. Delayed jobs: ``send_with_options(delay=ms)``. dramatiq's producer is
+synchronous, so the producers phase is unsupported.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import sys
 import threading
 
 import _common as c
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage
 from dramatiq.results import Results, ResultTimeout
 from dramatiq.results.backends import RedisBackend
 
@@ -26,51 +33,49 @@ TRACKER: c.Tracker | None = None
 def make_actor(args):
     broker = RedisBroker(url=args.url)
     broker.add_middleware(Results(backend=RedisBackend(url=args.url)))
+    if args.fail_once:
+        broker.add_middleware(CurrentMessage())
     dramatiq.set_broker(broker)
 
     @dramatiq.actor(actor_name=c.JOB_NAME, queue_name=args.queue, store_results=True)
     def noop(i: int) -> None:
         assert TRACKER is not None
-        TRACKER.record(i)
+        first = args.fail_once and not CurrentMessage.get_current_message().options.get("retries")
+        TRACKER.attempt(i, first)
 
     return broker, noop
 
 
 def enqueue(args) -> None:
-    if args.mode == "bulk":
-        c.unsupported("dramatiq has no bulk enqueue API")
+    if c.refused(args, bulk="dramatiq has no bulk enqueue API", concurrent=c.SYNC_PRODUCER):
         return
     broker, noop = make_actor(args)
     broker.client.ping()
-    t0 = c.now_ns()
-    for i in range(args.n):
-        noop.send(i)
-    t1 = c.now_ns()
+    if args.mode == "delayed":
+        plan = c.DelayedAdds(args, 1)
+        for i, d in plan.each():
+            noop.send_with_options(args=(i,), delay=d)
+        broker.close()
+        c.emit_result(plan.result())
+        return
+    options = {"max_retries": args.attempts - 1, "min_backoff": 0} if args.attempts > 1 else {}
+    result = c.timed_adds(args.n, lambda i: noop.send_with_options(args=(i,), **options))
     broker.close()
-    c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
+    c.emit_result(result)
 
 
 def worker(args) -> None:
     global TRACKER
     done = threading.Event()
-    TRACKER = tracker = c.Tracker(args.n, None if args.latency else done.set)
+    TRACKER = tracker = c.tracker_for(args, done.set)
     broker, _noop = make_actor(args)
     w = dramatiq.Worker(broker, worker_threads=args.concurrency)
-    c.watch_stdin(done.set)
-    cpu0 = c.cpu_seconds()
-    ready = c.now_ns()
-    c.emit_ready()
-    w.start()
-    if not done.wait(args.timeout):
-        print(f"worker timed out after {args.timeout}s", file=sys.stderr)
-    stop_ns = c.now_ns()
-    cpu = c.cpu_seconds() - cpu0
-    threading.Event().wait(c.GRACE_S)  # let a duplicate delivery show up
-    w.stop()
-    broker.close()
-    c.emit_result(
-        tracker.summary(ready_ns=ready, stop_ns=stop_ns, cpu_s=cpu, with_starts=args.latency)
-    )
+
+    def stop() -> None:
+        w.stop()
+        broker.close()
+
+    c.drive_sync_worker(args, tracker, done, w.start, stop)
 
 
 def latency(args) -> None:
@@ -91,11 +96,8 @@ def latency(args) -> None:
 
 
 def main() -> None:
-    args = c.parse_args()
-    if args.role == "version":
-        c.emit_result({"version": importlib.metadata.version("dramatiq")})
-        return
-    {"enqueue": enqueue, "worker": worker, "latency": latency}[args.role](args)
+    roles = {"enqueue": enqueue, "worker": worker, "latency": latency}
+    c.dispatch(lambda: importlib.metadata.version("dramatiq"), roles)
 
 
 if __name__ == "__main__":

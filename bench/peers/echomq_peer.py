@@ -6,8 +6,10 @@ Use of the public API only: ``Queue.add`` / ``Queue.add_bulk`` of one ``echomq.Q
 ``echomq.QueueEvents``; flows through ``echomq.FlowProducer.add_bulk`` (one transaction per
 batch of trees, as Node's ``FlowProducer.addBulk``).
 The ``idle`` role (bench/idle_latency.py) runs ``Worker`` and ``Queue.add`` in one process.
-``--uvloop`` runs the same code on uvloop's event loop. With ``--fail-once`` (bench/failing_jobs.py)
-the processor raises on a job's first attempt, as the Node adapter's throws.
+``--uvloop`` runs the same code on uvloop's event loop. With ``--fail-once`` (bench/failing_jobs.py,
+the failing phase) the processor raises on a job's first attempt (``attempts`` given at the add,
+no backoff), as the Node adapter's throws; delayed jobs (the lateness phase) are ``add_bulk``
+with a ``delay`` option.
 """
 
 from __future__ import annotations
@@ -44,12 +46,15 @@ async def enqueue_flows(args) -> None:
     c.emit_result(c.timed_enqueue_result(args.n, t0, t1) | {"cpu_s": cpu1 - cpu0})
 
 
-async def enqueue_concurrent(args) -> None:
-    """``--n`` adds from ``--producers`` coroutines on one ``Queue`` (``--api queue``) or
-    through the module-level ``echomq.add`` with one shared client (``--api module``)."""
+async def enqueue(args) -> None:
+    if args.mode == "flow":
+        await enqueue_flows(args)
+        return
     conn = aioredis.Redis.from_url(args.url)
     await conn.ping()
     queue = echomq.Queue(args.queue, connection=conn)
+    # --mode concurrent: on one Queue (--api queue), or through the module-level echomq.add with
+    # one shared client (--api module); --mode delayed: add_bulk with a delay option
     if args.api == "queue":
 
         async def add(i: int) -> None:
@@ -59,49 +64,33 @@ async def enqueue_concurrent(args) -> None:
         async def add(i: int) -> None:
             await echomq.add(args.queue, c.JOB_NAME, {"i": i}, connection=conn)
 
-    await add(-1)  # load scripts, open connections
-    await conn.flushdb()  # drop the warm-up job (this Redis is private to the benchmark)
-    todo = iter(range(args.n))
+    async def add_delayed(jobs: list[tuple[int, int]]) -> None:
+        await queue.add_bulk([(c.JOB_NAME, {"i": i}, {"delay": d / 1000}) for i, d in jobs])
 
-    async def producer() -> None:
-        for i in todo:
-            await add(i)
-
-    cpu0, t0 = c.cpu_seconds(), c.now_ns()
-    await asyncio.gather(*(producer() for _ in range(args.producers)))
-    t1, cpu1 = c.now_ns(), c.cpu_seconds()
+    result = await c.run_mode_async(args, add, conn.flushdb, add_delayed, args.batch)
+    if result is None:
+        result = await enqueue_timed(args, queue, conn)
     await queue.aclose()
     await conn.aclose()
-    c.emit_result(c.timed_enqueue_result(args.n, t0, t1) | {"cpu_s": cpu1 - cpu0})
+    c.emit_result(result)
 
 
-async def enqueue(args) -> None:
-    if args.mode == "flow":
-        await enqueue_flows(args)
-        return
-    if args.mode == "concurrent":
-        await enqueue_concurrent(args)
-        return
-    conn = aioredis.Redis.from_url(args.url)
-    await conn.ping()
-    queue = echomq.Queue(args.queue, connection=conn)
+async def enqueue_timed(args, queue, conn) -> dict:
+    """``--mode seq`` or ``bulk``, after a warm-up add (then a flush)."""
     await queue.add("warm-up", {"i": -1})  # load scripts, open connections
     await conn.flushdb()  # drop the warm-up job (this Redis is private to the benchmark)
+    options = {"attempts": args.attempts} if args.attempts > 1 else {}
     t0 = c.now_ns()
     if args.mode == "seq":
         for i in range(args.n):
-            await queue.add(c.JOB_NAME, {"i": i})
+            await queue.add(c.JOB_NAME, {"i": i}, **options)
     else:
-        options = {"attempts": args.attempts}
         for chunk in c.chunks(args.n, args.batch):
-            if args.attempts > 1:
+            if options:
                 await queue.add_bulk([(c.JOB_NAME, {"i": i}, options) for i in chunk])
             else:
                 await queue.add_bulk([(c.JOB_NAME, {"i": i}) for i in chunk])
-    t1 = c.now_ns()
-    await queue.aclose()
-    await conn.aclose()
-    c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
+    return c.timed_enqueue_result(args.n, t0, c.now_ns())
 
 
 async def worker(args) -> None:
@@ -118,10 +107,7 @@ async def worker(args) -> None:
         return 1
 
     async def process_fail_once(job):
-        if job.attempts_made == 0:
-            tracker.record_failure(job.data["i"])
-            raise RuntimeError("failing the first attempt on purpose")
-        tracker.record(job.data["i"])
+        tracker.attempt(job.data["i"], job.attempts_made == 0)
         return None
 
     processor = process_flow if args.flow else process_fail_once if args.fail_once else process

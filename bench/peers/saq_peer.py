@@ -5,12 +5,19 @@ its data); one ``Worker`` with ``concurrency``; results through ``job.refresh(
 until_complete=...)``, which waits on SAQ's pub/sub job-update notifications. SAQ has no
 bulk-enqueue API (``Queue.map`` enqueues concurrently and then waits for results), so
 bulk enqueue is reported as unsupported.
+
+Retries: the job's ``retries`` (SAQ's total number of attempts) set to ``--attempts``, with its
+default ``retry_delay`` of 0; the function raises while ``ctx["job"].attempts == 1``. Delayed
+jobs: ``scheduled`` = ``time.time()`` + the delay (epoch seconds; a float keeps the ms), which
+the worker's schedule timer (every 1 s by default) moves to the queue. Concurrent producers
+share one ``Queue``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import time
 
 import _common as c
 from saq import Queue, Worker
@@ -18,15 +25,28 @@ from saq.job import Status
 
 
 async def enqueue(args) -> None:
-    if args.mode == "bulk":
-        c.unsupported("SAQ has no bulk enqueue API")
+    if c.refused(args, bulk="SAQ has no bulk enqueue API"):
         return
     queue = Queue.from_url(args.url, name=args.queue)
     await queue.connect()
     await queue.count("queued")  # warm the connection outside the timing
+
+    async def add(i: int) -> None:
+        await queue.enqueue(c.JOB_NAME, i=i)
+
+    async def add_delayed(jobs: list[tuple[int, int]]) -> None:
+        [(i, d)] = jobs
+        await queue.enqueue(c.JOB_NAME, i=i, scheduled=time.time() + d / 1000)
+
+    result = await c.run_mode_async(args, add, queue.redis.flushdb, add_delayed)
+    if result is not None:
+        await queue.disconnect()
+        c.emit_result(result)
+        return
+    options = {"retries": args.attempts} if args.attempts > 1 else {}
     t0 = c.now_ns()
     for i in range(args.n):
-        await queue.enqueue(c.JOB_NAME, i=i)
+        await queue.enqueue(c.JOB_NAME, i=i, **options)
     t1 = c.now_ns()
     await queue.disconnect()
     c.emit_result(c.timed_enqueue_result(args.n, t0, t1))
@@ -37,7 +57,7 @@ async def worker(args) -> None:
     tracker = c.async_tracker(args, done)
 
     async def noop(ctx, *, i: int):
-        tracker.record(i)
+        tracker.attempt(i, args.fail_once and ctx["job"].attempts == 1)
         return None
 
     queue = Queue.from_url(args.url, name=args.queue)

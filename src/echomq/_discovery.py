@@ -9,7 +9,8 @@ under the prefix, not with the queues, so callers that list often (the dashboard
 answer for a few seconds.
 
 Whether one name is a queue is a single ``EXISTS`` over the same four keys. Used by
-``echomq queues``, ``echomq metrics`` and the dashboard.
+``echomq queues``, ``echomq metrics`` and the dashboard (whose ``/metrics`` and ``echomq
+metrics`` add the group series of each queue's busiest groups to BullMQ's families).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from collections.abc import Mapping
 
 import redis.asyncio
 
+from ._keys import queue_keys
 from ._ops import prometheus as prom
-from ._ops import run_plan
-from .protocol.keys import queue_keys
+from ._redis.run import run_plan
 
 #: Key suffixes that name a queue (``<prefix>:<queue>:<suffix>``).
 QUEUE_SUFFIXES = ("meta", "id", "events", "repeat")
@@ -60,11 +61,20 @@ async def prometheus_text(
     client: redis.asyncio.Redis,
     prefix: str,
     global_labels: Mapping[str, str] | None = None,
+    group_limit: int = prom.DEFAULT_GROUP_LIMIT,
 ) -> str:
     """The Prometheus exposition text of every queue under ``prefix``, each family once, read
-    over ``client`` (its connection pool: no connection of its own per queue)."""
+    over ``client`` (its connection pool: no connection of its own per queue); with the group
+    series of each queue's ``group_limit`` busiest groups (0: no group series).
+
+    Raises:
+        InvalidOptionError: ``group_limit`` is not an int >= 0, or a global label is invalid
+            (before anything is read).
+    """
+    prom.check_group_limit(group_limit)
+    prom.check_global_labels(global_labels, groups=group_limit > 0)
     samples = [
-        await run_plan(client, prom.sample_plan(queue_keys(name, prefix)))
+        await run_plan(client, prom.sample_plan(queue_keys(name, prefix), group_limit))
         for name in await find_queues(client, prefix)
     ]
     return prom.render(samples, global_labels)

@@ -253,6 +253,16 @@ _SPECS: dict[str, tuple[type[QueueEvent], tuple[_Field, ...]]] = {
 _NAME_OF_CLASS: dict[type[QueueEvent], str] = {cls: name for name, (cls, _) in _SPECS.items()}
 
 
+#: Names Node's ``QueueEvents`` emits itself (an entry named ``error`` would be thrown there).
+_OTHER_BUILTIN = frozenset({"error", "ready", "closing", "closed"})
+
+
+def is_builtin_event(name: str) -> bool:
+    """Whether ``name`` is an event the protocol or Node's ``QueueEvents`` emits
+    (docs/protocol/events.md#custom-events), which a custom event must not take."""
+    return name in _SPECS or name in _OTHER_BUILTIN
+
+
 def parse_entry(event_id: str, entry: Mapping[str, str]) -> QueueEvent:
     """Build the typed event of one stream entry (its fields as text); never raises."""
     name = entry.get("event", "")

@@ -13,9 +13,9 @@ from typing import Any
 
 from typing_extensions import Unpack
 
+from ._keys import validate_queue_name
 from .errors import ValidationError
 from .options import UNSET, JobOptions, JobOptionsDict
-from .protocol.keys import validate_queue_name
 
 
 class FlowJob:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import _ops as ops
 from ._job_model import JobData, JobState
+from ._json import dumps
 from ._ops import flows as flow_ops
 from ._ops import worker as wops
 from ._ops.flows import Dependencies, DependencyCounts, DependencyPage
@@ -27,7 +28,7 @@ from .errors import (
     error_for_code,
 )
 from .options import Duration, moment_to_ms, to_seconds
-from .protocol import codes, fields
+from .protocol import codes
 from .protocol.keys import QueueKeys
 
 # unasync: async-only
@@ -136,7 +137,9 @@ class Job(JobData):
         lock = token or self._token or "0"
         now = ops.now_ms()
         delay = max(moment_to_ms(timestamp, "timestamp") - now, 0)
-        item = wops.finish_item(wops.DELAY, self.id, lock, delay_ms=delay, flag=True)
+        item = wops.finish_item(
+            wops.DELAY, self.id, lock, delay_ms=delay, flag=True, group=self.group
+        )
         params = wops.FetchParams(token_prefix="", lock_ms=0)
         reply = await conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, now))
         ops.check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
@@ -175,10 +178,10 @@ class Job(JobData):
                 active; PendingChildrenError / FailedChildrenError: its children forbid it.
         """
         lock = self._lock(token)
-        text = fields.dumps(value, "return value")
+        text = dumps(value, "return value")
         keep = wops.keep_of(self.wire_options, completed=True)
         item = wops.finish_item(
-            wops.COMPLETE, self.id, lock, text, attempts=self.attempts, keep=keep
+            wops.COMPLETE, self.id, lock, text, attempts=self.attempts, keep=keep, group=self.group
         )
         await self._finish(item, "move_to_completed")
         self.return_value = value
@@ -212,15 +215,26 @@ class Job(JobData):
         if delay is None:
             keep = wops.keep_of(self.wire_options, completed=False)
             item = wops.finish_item(
-                wops.FAIL, self.id, lock, reason, attempts=self.attempts, keep=keep, fields=update
+                wops.FAIL,
+                self.id,
+                lock,
+                reason,
+                attempts=self.attempts,
+                keep=keep,
+                fields=update,
+                group=self.group,
             )
             outcome = "failed"
         elif delay > 0:
-            item = wops.finish_item(wops.DELAY, self.id, lock, fields=update, delay_ms=delay)
+            item = wops.finish_item(
+                wops.DELAY, self.id, lock, fields=update, delay_ms=delay, group=self.group
+            )
             outcome = "delayed"
         else:
             lifo = self.wire_options.get("lifo") is True
-            item = wops.finish_item(wops.RETRY, self.id, lock, fields=update, flag=lifo)
+            item = wops.finish_item(
+                wops.RETRY, self.id, lock, fields=update, flag=lifo, group=self.group
+            )
             outcome = "retry"
         await self._finish(item, "move_to_failed")
         self.failed_reason = reason
@@ -273,6 +287,24 @@ class Job(JobData):
         """Whether the job is in the failed state."""
         return await self.get_state() is JobState.FAILED
 
+    async def is_active(self) -> bool:
+        """Whether the job is in the active state (a worker holds it)."""
+        return await self.get_state() is JobState.ACTIVE
+
+    async def is_delayed(self) -> bool:
+        """Whether the job is in the delayed state."""
+        return await self.get_state() is JobState.DELAYED
+
+    async def is_waiting(self) -> bool:
+        """Whether the job is in the waiting state (the ``wait`` list, or ``paused`` while the
+        queue is paused); a prioritized job is not waiting, as in BullMQ's ``isWaiting``."""
+        return await self.get_state() is JobState.WAITING
+
+    async def is_waiting_children(self) -> bool:
+        """Whether the job is in the waiting-children state (a parent whose children are
+        pending)."""
+        return await self.get_state() is JobState.WAITING_CHILDREN
+
     async def refresh(self) -> None:
         """Read the job's fields again, in place.
 
@@ -303,6 +335,18 @@ class Job(JobData):
         """
         keys, conn = self._bound()
         return await conn.run(ops.add_log(keys, self.id, line, self._keep_logs()))
+
+    async def clear_logs(self, keep_logs: int | None = None) -> None:
+        """Delete the job's log lines, or keep only the newest ``keep_logs`` of them.
+
+        Args:
+            keep_logs: how many of the newest lines to keep; None or 0 deletes them all.
+
+        Raises:
+            ValidationError: ``keep_logs`` is not None or an int >= 0; nothing was deleted.
+        """
+        keys, conn = self._bound()
+        await conn.run(ops.clear_logs(keys, self.id, keep_logs))
 
     async def update_data(self, data: Any) -> None:
         """Replace the job's payload (no event is emitted).
@@ -408,6 +452,23 @@ class Job(JobData):
 
     # -- flows: this job as a parent ------------------------------------------------------
 
+    async def remove_deduplication_key(self) -> bool:
+        """Close this job's deduplication window now, if this job still owns it.
+
+        A later add with the same deduplication id is then added instead of deduplicated. The
+        window of another job (one that took the id after this job's window closed) is left
+        alone, unlike :meth:`echomq.Queue.remove_deduplication_key`.
+
+        Returns:
+            True if the window was this job's and was closed; False if the job was added
+            without ``deduplication=``, or its window is closed or owned by another job.
+        """
+        if not self.deduplication_id:
+            return False
+        keys, conn = self._bound()
+        op = ops.remove_own_deduplication_key(keys, self.deduplication_id, self.id)
+        return await conn.run(op)
+
     async def get_children_values(self) -> dict[str, Any]:
         """The return values of this job's completed children.
 
@@ -474,15 +535,8 @@ class Job(JobData):
                 part is False.
         """
         keys, conn = self._bound()
-        op = flow_ops.get_dependencies(
-            keys,
-            self.id,
-            processed=processed,
-            unprocessed=unprocessed,
-            failed=failed,
-            ignored=ignored,
-        )
-        return await conn.run(op)
+        parts = (processed, unprocessed, failed, ignored)
+        return await conn.run(flow_ops.get_dependencies(keys, self.id, parts))
 
     async def get_dependencies_count(
         self,
@@ -507,15 +561,8 @@ class Job(JobData):
             ValidationError: every part is False.
         """
         keys, conn = self._bound()
-        op = flow_ops.get_dependency_counts(
-            keys,
-            self.id,
-            processed=processed,
-            unprocessed=unprocessed,
-            failed=failed,
-            ignored=ignored,
-        )
-        return await conn.run(op)
+        asked = (processed, unprocessed, failed, ignored)
+        return await conn.run(flow_ops.get_dependency_counts(keys, self.id, asked))
 
     async def move_to_waiting_children(
         self, token: str | None = None, *, child: Mapping[str, str] | None = None

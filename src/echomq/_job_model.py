@@ -16,7 +16,7 @@ from typing import Any
 from typing_extensions import Self
 
 from . import _ops as ops
-from .options import UNSET, JobOptions
+from .options import OPTION_NAMES, UNSET, JobOptions
 from .protocol import fields
 from .protocol.keys import QueueKeys
 
@@ -74,6 +74,9 @@ _decode_strict = json.JSONDecoder(parse_constant=_no_constant).decode
 #: missing one as ``{}`` and processes the job.
 _REQUIRED_FIELDS = (fields.NAME, fields.DATA, fields.TIMESTAMP)
 
+#: The stored option holding a job's group (``opts.emqGroup``), read when a hash has no ``gid``.
+_GROUP_OPTION = OPTION_NAMES["group"]
+
 _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
@@ -85,35 +88,33 @@ def _lenient(text: str) -> Any:
         return {}
 
 
+def _decode_field(text: str | None, name: str, problems: list[str]) -> tuple[Any, bool]:
+    """A JSON field of the job hash (``{}`` when absent), and whether it is valid JSON; when
+    it is not, the problem is added to ``problems`` and the lenient reading returned."""
+    if text is None:
+        return {}, False
+    try:
+        return _decode_strict(text), True
+    except (ValueError, RecursionError) as exc:
+        problems.append(f"job {name} is not valid JSON: {exc}")
+        return _lenient(text), False
+
+
 def _read_payload(h: dict[str, str]) -> tuple[Any, dict[str, Any], str | None]:
     """The job's data, its opts, and why a worker must not run it (None when it may).
 
     Each field is decoded once; the values returned for an unfit job are the lenient ones
     getters show.
     """
-    data_text, opts_text = h.get(fields.DATA), h.get(fields.OPTS)
     problems: list[str] = []
-    if data_text is None or fields.NAME not in h or fields.TIMESTAMP not in h:
+    if fields.DATA not in h or fields.NAME not in h or fields.TIMESTAMP not in h:
         missing = ", ".join(f for f in _REQUIRED_FIELDS if f not in h)
         problems.append(f"job hash is missing required field(s): {missing}")
-    data: Any = {}
-    if data_text is not None:
-        try:
-            data = _decode_strict(data_text)
-        except (ValueError, RecursionError) as exc:
-            problems.append(f"job data is not valid JSON: {exc}")
-            data = _lenient(data_text)
-    opts: Any = {}
-    if opts_text is not None:
-        try:
-            opts = _decode_strict(opts_text)
-        except (ValueError, RecursionError) as exc:
-            problems.append(f"job opts is not valid JSON: {exc}")
-            opts = _lenient(opts_text)
-        else:
-            if not isinstance(opts, dict):
-                kind = "null" if opts is None else _JSON_TYPES[type(opts)]
-                problems.append(f"job opts is not a JSON object: got {kind}")
+    data, _ = _decode_field(h.get(fields.DATA), "data", problems)
+    opts, valid = _decode_field(h.get(fields.OPTS), "opts", problems)
+    if valid and not isinstance(opts, dict):
+        kind = "null" if opts is None else _JSON_TYPES[type(opts)]
+        problems.append(f"job opts is not a JSON object: got {kind}")
     wire = opts if isinstance(opts, dict) else {}
     return data, wire, "; ".join(problems) if problems else None
 
@@ -151,6 +152,8 @@ class JobData:
     parent_key: str | None = None
     repeat_job_key: str | None = None
     deduplication_id: str | None = None
+    #: The job's group (the ``group`` option; docs/groups.md), or None when it has none.
+    group: str | None = None
     deferred_failure: str | None = None
     wire_options: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     #: True on the job an ``add`` returned when the add was deduplicated: nothing was added,
@@ -214,6 +217,7 @@ class JobData:
             delay=p.delay_ms / 1000,
             priority=p.priority,
             deduplication_id=None if dedup is UNSET else dedup.id,
+            group=None if p.options.group is UNSET else p.options.group,
             wire_options=fields.loads(p.opts_json),
         )
 
@@ -266,6 +270,11 @@ class JobData:
         self.parent_key = get(fields.PARENT_KEY)
         self.repeat_job_key = get(fields.REPEAT_JOB_KEY)
         self.deduplication_id = get(fields.DEDUP_ID)
+        group = get(fields.GROUP)
+        if group is None:  # a hash without `gid`: the group its producer asked for, if any
+            wire_group = self.wire_options.get(_GROUP_OPTION)
+            group = wire_group if isinstance(wire_group, str) and wire_group else None
+        self.group = group
         self.deferred_failure = h.get(fields.DEFERRED_FAILURE)
 
 

@@ -23,17 +23,24 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from typing_extensions import Unpack
 
 from . import _ops as ops
 from ._job import Job
+from ._keys import queue_keys
 from ._ops import BulkItem, Metrics, QueueMeta, RateLimit, prepare_bulk
+from ._ops import groups as gops
 from ._ops import prometheus as prom
 from ._ops import schedulers as sops
 from ._ops import worker as wops
+from ._ops import workers as worker_registry
+from ._ops.flows import ChildrenPage, children_page_plan
+from ._ops.groups import GroupInfo
 from ._ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
-from ._redis.connection import AsyncConn, AsyncConnection, check_cluster_flow, check_cluster_keys
+from ._ops.workers import WorkerInfo
+from ._redis import restricted
+from ._redis.connection import AsyncConn, AsyncConnection
 from ._redis.fail_fast import (
     DEFAULT_CONNECT_TIMEOUT,
     UNREACHABLE,
@@ -41,9 +48,10 @@ from ._redis.fail_fast import (
     raise_unavailable,
 )
 from ._redis.server_checks import check_on_first_use
+from ._redis.topology import check_cluster_flow, check_cluster_keys
 from .job import JobState
 from .options import UNSET, Duration, JobOptions, JobOptionsDict, _Unset, coerce_options
-from .protocol.keys import DEFAULT_PREFIX, QueueKeys, queue_keys
+from .protocol.keys import DEFAULT_PREFIX, QueueKeys
 from .schedulers import JobScheduler, Schedule, ScheduleDict, SchedulerTemplate
 from .telemetry import JOB_ID, JOB_NAME, Telemetry
 
@@ -115,6 +123,19 @@ async def _get_job(conn: AsyncConn, keys: QueueKeys, job_id: str) -> Job | None:
     return None if h is None else Job.from_hash(job_id, h, keys, conn)
 
 
+async def _get_workers(conn: AsyncConn, keys: QueueKeys) -> list[WorkerInfo]:
+    """The registry's workers merged with ``CLIENT LIST`` (the registry alone where Redis
+    refuses ``CLIENT LIST``, which is then logged once)."""
+    registry = await conn.run_plan(worker_registry.read_registry(keys, ops.now_ms()))
+    try:
+        clients: list[dict[str, str]] | None = await conn.run(ops.get_workers(keys))
+    except ResponseError as exc:
+        if not restricted.report("CLIENT LIST", conn.server, exc):
+            raise
+        clients = None
+    return worker_registry.merge_workers(registry, clients)
+
+
 async def _get_jobs(
     conn: AsyncConn,
     keys: QueueKeys,
@@ -125,6 +146,13 @@ async def _get_jobs(
 ) -> list[Job]:
     types = ops.normalize_types(states, ops.DEFAULT_COUNT_TYPES)
     pairs = await conn.run_plan(ops.get_jobs_plan(keys, types, start, end, asc))
+    return [Job.from_hash(i, h, keys, conn) for i, h in pairs]
+
+
+async def _get_group_jobs(
+    conn: AsyncConn, keys: QueueKeys, group: str, start: int, end: int
+) -> list[Job]:
+    pairs = await conn.run_plan(gops.get_group_jobs_plan(keys, group, start, end))
     return [Job.from_hash(i, h, keys, conn) for i, h in pairs]
 
 
@@ -300,6 +328,35 @@ class Queue:
         """Parent jobs waiting for their children, oldest first."""
         return await self.get_jobs("waiting-children", start, end, asc=True)
 
+    async def get_dependencies(
+        self, parent_id: str, type: str = "pending", start: int = 0, end: int = -1
+    ) -> ChildrenPage[Job]:
+        """A page of the completed or pending children of parent job ``parent_id`` of this
+        queue, with the children read as jobs (BullMQ's ``Queue.getDependencies``).
+
+        The children are sorted by their full key; :meth:`Job.get_dependencies
+        <echomq.Job.get_dependencies>` reads every part of a parent, by cursor pages.
+
+        Args:
+            parent_id: the parent job's id.
+            type: ``"processed"`` (completed children, with their return values) or
+                ``"pending"`` (children not finished yet).
+            start: index of the first child of the page (negative counts from the end).
+            end: index of the last child of the page, inclusive (-1: the last one).
+
+        Returns:
+            The page: child keys, return values (``"processed"``), jobs and the part's total;
+            empty when the parent has no children of that kind or does not exist.
+
+        Raises:
+            ValidationError: ``type`` is neither ``"processed"`` nor ``"pending"``, or
+                ``start``/``end`` is not an int.
+        """
+        plan = children_page_plan(self._keys, parent_id, type, start, end)
+        items, values, raw, total = await self._conn.run_plan(plan)
+        jobs = [Job.from_hash(i, h, k, self._conn) for k, i, h in raw]
+        return ChildrenPage(items, values, jobs, total)
+
     async def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs each state holds. See :func:`get_job_counts`."""
         types = ops.normalize_types(states or None, ops.DEFAULT_COUNT_TYPES)
@@ -316,6 +373,36 @@ class Queue:
         """A slice of a job's log lines and their total. See :func:`get_job_logs`."""
         op = ops.get_logs(self._keys, job_id, start, end, asc)
         return await self._conn.run(op)
+
+    async def add_job_log(self, job_id: str, line: str, keep_logs: int | None = None) -> int:
+        """Append a line to job ``job_id``'s log without reading the job (BullMQ's
+        ``addJobLog``); :meth:`Job.log <echomq.Job.log>` does the same on a job in hand.
+
+        Args:
+            job_id: the job.
+            line: the log line.
+            keep_logs: keep only the newest this many lines; None or 0 keeps them all.
+
+        Returns:
+            How many lines the log holds now.
+
+        Raises:
+            ValidationError: ``line`` is not a str, or ``keep_logs`` is not None or an int >= 0.
+            JobNotFoundError: the job does not exist; nothing was written.
+        """
+        return await self._conn.run(ops.add_log(self._keys, job_id, line, keep_logs))
+
+    async def update_job_progress(self, job_id: str, progress: float | dict[str, Any]) -> None:
+        """Record job ``job_id``'s progress and emit a ``progress`` event, without reading the
+        job (BullMQ's ``updateJobProgress``); see :meth:`Job.update_progress
+        <echomq.Job.update_progress>`.
+
+        Raises:
+            ValidationError: ``progress`` is neither a number nor a JSON object.
+            PayloadError: ``progress`` is not JSON-serialisable; nothing was written.
+            JobNotFoundError: the job does not exist.
+        """
+        await self._conn.run(ops.update_progress(self._keys, job_id, progress))
 
     async def get_metrics(self, kind: str = "completed", start: int = 0, end: int = -1) -> Metrics:
         """Per-minute finish counts of the queue's workers. See :func:`get_metrics`."""
@@ -354,9 +441,14 @@ class Queue:
         """Resume the queue. See :func:`resume`."""
         await _resume(self._conn, self._keys)
 
-    async def get_workers(self) -> list[dict[str, str]]:
-        """The connections of this queue's workers. See :func:`get_workers`."""
-        return await self._conn.run(ops.get_workers(self._keys))
+    async def get_workers(self) -> list[WorkerInfo]:
+        """This queue's workers (echomq's registry and BullMQ's connections). See
+        :func:`get_workers`."""
+        return await _get_workers(self._conn, self._keys)
+
+    async def get_workers_count(self) -> int:
+        """How many workers :meth:`get_workers` lists (BullMQ's ``getWorkersCount``)."""
+        return len(await self.get_workers())
 
     async def trim_events(self, max_len: int) -> int:
         """Trim the events stream to about ``max_len`` entries. See :func:`trim_events`."""
@@ -478,6 +570,65 @@ class Queue:
     async def get_meta(self) -> QueueMeta:
         """The queue's settings from its meta hash. See :func:`get_meta`."""
         return await self._conn.run(ops.get_meta(self._keys))
+
+    # -- groups (docs/groups.md; see the functions of the same names) ------------------------
+
+    async def set_group_concurrency(self, concurrency: int, group: str | None = None) -> None:
+        """Let each group (or ``group``) run at most ``concurrency`` jobs at once, across all
+        workers. See :func:`set_group_concurrency`."""
+        await self._conn.run_plan(gops.set_group_concurrency(self._keys, concurrency, group))
+
+    async def get_group_concurrency(self, group: str | None = None) -> int | None:
+        """The default group concurrency, or ``group``'s own; None when not set. See
+        :func:`get_group_concurrency`."""
+        return await self._conn.run(gops.get_group_concurrency(self._keys, group))
+
+    async def remove_group_concurrency(self, group: str | None = None) -> bool:
+        """Remove the default group concurrency, or ``group``'s own. See
+        :func:`remove_group_concurrency`."""
+        return await self._conn.run_plan(gops.remove_group_concurrency(self._keys, group))
+
+    async def set_group_rate_limit(
+        self, max: int, duration: Duration, group: str | None = None
+    ) -> None:
+        """Let each group (or ``group``) start and end at most ``max`` jobs per ``duration``. See
+        :func:`set_group_rate_limit`."""
+        await self._conn.run_plan(gops.set_group_rate_limit(self._keys, max, duration, group))
+
+    async def get_group_rate_limit(self, group: str | None = None) -> RateLimit | None:
+        """The default group rate limit, or ``group``'s own; None when not set. See
+        :func:`get_group_rate_limit`."""
+        return await self._conn.run(gops.get_group_rate_limit(self._keys, group))
+
+    async def remove_group_rate_limit(self, group: str | None = None) -> bool:
+        """Remove the default group rate limit, or ``group``'s own. See
+        :func:`remove_group_rate_limit`."""
+        return await self._conn.run_plan(gops.remove_group_rate_limit(self._keys, group))
+
+    async def pause_group(self, group: str) -> None:
+        """Stop workers taking jobs of ``group``. See :func:`pause_group`."""
+        await self._conn.run_plan(gops.pause_group(self._keys, group))
+
+    async def resume_group(self, group: str) -> None:
+        """Let workers take jobs of ``group`` again. See :func:`resume_group`."""
+        await self._conn.run_plan(gops.resume_group(self._keys, group))
+
+    async def get_groups(self, start: int = 0, end: int = -1) -> list[GroupInfo]:
+        """The groups with waiting or active jobs, most waiting first. See :func:`get_groups`."""
+        return await self._conn.run_plan(gops.get_groups_plan(self._keys, start, end))
+
+    async def get_group_job_counts(self, group: str) -> dict[str, int]:
+        """How many jobs ``group`` has waiting, active and delayed. See
+        :func:`get_group_job_counts`."""
+        return await self._conn.run_plan(gops.get_group_job_counts_plan(self._keys, group))
+
+    async def get_group_jobs(self, group: str, start: int = 0, end: int = -1) -> list[Job]:
+        """``group``'s waiting jobs, next to run first. See :func:`get_group_jobs`."""
+        return await _get_group_jobs(self._conn, self._keys, group, start, end)
+
+    async def remove_group_jobs(self, group: str) -> int:
+        """Delete ``group``'s waiting jobs. See :func:`remove_group_jobs`."""
+        return await self._conn.run_plan(gops.remove_group_jobs_plan(self._keys, group))
 
     # -- job schedulers (docs/schedulers.md) ------------------------------------------------
 

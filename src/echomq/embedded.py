@@ -151,17 +151,29 @@ def find_redis_server() -> str:
 _Address = str | tuple[str, int]
 
 
-def _probe(address: _Address, timeout: float = 0.5) -> str:
-    """Send an inline ``PING`` and classify the server as ``ok``, ``loading`` or ``down``."""
+def _send_inline(address: _Address, command: bytes, timeout: float) -> bytes | None:
+    """Send one inline command to the server at ``address`` on a connection of its own.
+
+    Returns the start of the reply (empty when the server closed the connection or the read
+    failed), or None when the command could not be delivered.
+    """
     family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(address)
-            sock.sendall(b"PING\r\n")
-            reply = sock.recv(256)
+            sock.sendall(command + b"\r\n")
+            try:
+                return sock.recv(256)
+            except OSError:
+                return b""
     except OSError:
-        return "down"
+        return None
+
+
+def _probe(address: _Address, timeout: float = 0.5) -> str:
+    """Send an inline ``PING`` and classify the server as ``ok``, ``loading`` or ``down``."""
+    reply = _send_inline(address, b"PING", timeout) or b""
     if reply.startswith(b"+PONG"):
         return "ok"
     if reply.startswith(b"-LOADING"):
@@ -170,19 +182,9 @@ def _probe(address: _Address, timeout: float = 0.5) -> str:
 
 
 def _send_shutdown(address: _Address, timeout: float = 2.0) -> bool:
-    """Ask the server at ``address`` to shut down; return whether the command was delivered."""
-    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(address)
-            sock.sendall(b"SHUTDOWN\r\n")
-            # On success the server closes the connection without replying.
-            with contextlib.suppress(OSError):
-                sock.recv(256)
-    except OSError:
-        return False
-    return True
+    """Ask the server at ``address`` to shut down; return whether the command was delivered
+    (on success the server closes the connection without replying)."""
+    return _send_inline(address, b"SHUTDOWN", timeout) is not None
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:

@@ -35,6 +35,8 @@ Tree::
     ├── EmbeddedRedisError                        no redis-server binary could be started
     ├── JobTimeoutError (also TimeoutError)       an attempt ran past its ``timeout``
     ├── ProcessorCrashedError                     the pool child running the job died
+    ├── BatchResultError                          a batch processor returned no list, or one
+    │                                             of the wrong length
     └── ProcessorSignal                           raised *by processors* to steer the worker
         ├── UnrecoverableError                    fail now, no retry
         ├── DelayedError                          job was moved to delayed by the processor
@@ -47,7 +49,7 @@ Tree::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import redis.exceptions
 
@@ -287,36 +289,47 @@ class ProcessorCrashedError(EchoMQError):
         self.exitcode = exitcode
 
 
+class BatchResultError(EchoMQError):
+    """A batch processor (``Worker(..., batch=Batch(...))``) returned something other than a
+    list with one result per job: every job of the batch fails with this reason, retried per
+    ``attempts``."""
+
+
 class ProcessorSignal(EchoMQError):
-    """Base of the exceptions a processor raises on purpose to steer the worker."""
+    """Base of the exceptions a processor raises on purpose to steer the worker.
+
+    Raised without a message, a signal carries its class's :attr:`default_message` (BullMQ's).
+    """
+
+    #: The message of a signal raised without one.
+    default_message: ClassVar[str] = ""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(self.default_message if message is None else message)
 
 
 class UnrecoverableError(ProcessorSignal):
     """Fail the job now, whatever attempts are left."""
 
-    def __init__(self, message: str = codes.UNRECOVERABLE_MESSAGE) -> None:
-        super().__init__(message)
+    default_message = codes.UNRECOVERABLE_MESSAGE
 
 
 class DelayedError(ProcessorSignal):
     """The processor moved its job to delayed (``job.move_to_delayed``); the worker moves on."""
 
-    def __init__(self, message: str = codes.DELAYED_MESSAGE) -> None:
-        super().__init__(message)
+    default_message = codes.DELAYED_MESSAGE
 
 
 class WaitingChildrenError(ProcessorSignal):
     """The processor moved its job to waiting-children; the worker moves on."""
 
-    def __init__(self, message: str = codes.WAITING_CHILDREN_MESSAGE) -> None:
-        super().__init__(message)
+    default_message = codes.WAITING_CHILDREN_MESSAGE
 
 
 class RateLimitError(ProcessorSignal):
     """Put the job back at the front of the queue and stop fetching until the limit expires."""
 
-    def __init__(self, message: str = codes.RATE_LIMIT_MESSAGE) -> None:
-        super().__init__(message)
+    default_message = codes.RATE_LIMIT_MESSAGE
 
 
 class JobCancelledError(ProcessorSignal):

@@ -55,16 +55,24 @@ from ._event_types import (
     Unknown,
     Waiting,
     WaitingChildren,
+    is_builtin_event,
     parse_entry,
 )
-from ._ops import to_str
+from ._keys import queue_keys
+from ._ops import publish_event, to_str
 from ._redis.connection import AsyncConn, AsyncConnection
 from ._redis.retry import TRANSIENT, RetryBackoff
 from ._redis.wire import Channel, open_channel, send
-from .errors import ConnectionNotOpenError, InvalidOptionError, JobFailedError, error_for_code
+from .errors import (
+    ConnectionNotOpenError,
+    InvalidOptionError,
+    JobFailedError,
+    ValidationError,
+    error_for_code,
+)
 from .options import Duration, to_seconds
 from .protocol import codes, fields
-from .protocol.keys import DEFAULT_PREFIX, queue_keys
+from .protocol.keys import DEFAULT_PREFIX
 
 __all__ = [
     "Active",
@@ -80,6 +88,7 @@ __all__ = [
     "Progress",
     "QueueEvent",
     "QueueEvents",
+    "QueueEventsProducer",
     "Removed",
     "Resumed",
     "RetriesExhausted",
@@ -484,3 +493,84 @@ class QueueEvents:
 
     def __repr__(self) -> str:
         return f"<QueueEvents {self._keys.qualified!r} last_event_id={self._last_id!r}>"
+
+
+class QueueEventsProducer:
+    """Publishes custom events to a queue's events stream, for :class:`QueueEvents` readers
+    (an :class:`Unknown` event there) and BullMQ's ``QueueEvents`` (an event named after it),
+    as BullMQ's ``QueueEventsProducer``.
+
+    Args:
+        queue: the queue name.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened here, closed by
+            :meth:`aclose`).
+        prefix: the key prefix.
+
+    Raises:
+        ValidationError: bad queue name, prefix or connection.
+    """
+
+    def __init__(
+        self, queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    ) -> None:
+        self._keys = queue_keys(queue, prefix)
+        self._conn = AsyncConn(connection)
+
+    @property
+    def name(self) -> str:
+        """The queue name."""
+        return self._keys.name
+
+    async def publish_event(
+        self,
+        event_name: str,
+        args: Mapping[str, str | int | float | bool] | None = None,
+        *,
+        max_events: int = 1000,
+    ) -> str:
+        """Append the event ``event_name`` with the fields ``args`` to the stream, trimmed to
+        about ``max_events`` entries (BullMQ's ``publishEvent({eventName, ...args},
+        maxEvents)``).
+
+        Field values are stored as text (numbers and booleans as JavaScript writes them), as
+        every stream field is: a reader gets strings back. Encode structured values yourself.
+
+        Args:
+            event_name: the event's name; not one of the names echomq and BullMQ emit
+                (``completed``, ``progress``, ...), which readers would take for a job's.
+            args: the event's fields; ``event`` is reserved for the name.
+            max_events: about how many entries the stream keeps (``MAXLEN ~``).
+
+        Returns:
+            The stream id of the entry.
+
+        Raises:
+            ValidationError: the name is empty or built in, a field is named ``event`` or has
+                a value that is not a str, int, finite float or bool, or ``max_events`` is not
+                an int >= 1; nothing was written.
+        """
+        if isinstance(event_name, str) and is_builtin_event(event_name):
+            raise ValidationError(
+                f"event_name {event_name!r} is an event echomq and BullMQ emit for jobs and"
+                " queues; readers would take it for theirs: choose a name of your own"
+            )
+        op = publish_event(self._keys, event_name, args or {}, max_events)
+        return await self._conn.run(op)
+
+    async def aclose(self) -> None:
+        """Close the connection if it was opened from a URL (a client you own stays open)."""
+        await self._conn.aclose()
+
+    async def __aenter__(self) -> QueueEventsProducer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"QueueEventsProducer({self._keys.name!r}, prefix={self._keys.prefix!r})"

@@ -20,15 +20,17 @@ from types import TracebackType
 
 from ._flow_job import FlowJob
 from ._job import Job
+from ._keys import queue_keys
 from ._ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
 from ._ops.replicated import ReplicaWait, check_replicated
 from ._queue import Acked, _added, _run_add
-from ._redis.connection import AsyncConn, AsyncConnection, check_cluster_flow
+from ._redis.connection import AsyncConn, AsyncConnection
 from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
 from ._redis.server_checks import check_on_first_use
+from ._redis.topology import check_cluster_flow
 from .errors import ValidationError
 from .options import Duration
-from .protocol.keys import DEFAULT_PREFIX, queue_keys
+from .protocol.keys import DEFAULT_PREFIX
 
 
 @dataclasses.dataclass(slots=True)

@@ -561,6 +561,26 @@ def _is_job_id(value: Any, field: str) -> str:
     return value
 
 
+#: The longest group id accepted (characters).
+MAX_GROUP_ID = 256
+
+
+def _is_group_id(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidOptionError(
+            f"{field} must be a str (a tenant, customer or API key id), got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not value:
+        raise InvalidOptionError(f"{field} must not be empty; leave it unset for no group")
+    if len(value) > MAX_GROUP_ID:
+        raise InvalidOptionError(
+            f"{field} must be at most {MAX_GROUP_ID} characters, got {len(value)}; use a "
+            "shorter id (a hash of a long one, for instance)"
+        )
+    return value
+
+
 def _coerced_by(coerce: Callable[[Any], Any]) -> Callable[[Any, str], Any]:
     return lambda value, field: coerce(value)
 
@@ -749,6 +769,16 @@ class JobOptions:
         to_wire=lambda value: max(to_ms(value, "timeout"), 1),
         from_wire=lambda value: _ms_to_seconds(value) or None,
     )
+    # echomq's own (docs/groups.md): BullMQ 6 passes the key through; the scripts read the
+    # group from the job hash's `gid` field.
+    group: str | _Unset = _option(
+        "emqGroup",
+        "the job's group (a non-empty str of at most 256 characters, e.g. a tenant id): it "
+        "waits apart from other groups' jobs, under its group's limits, and groups take turns "
+        "(docs/groups.md); BullMQ workers for Node never take it.",
+        check=_is_group_id,
+        from_wire=lambda value: value if isinstance(value, str) and value else None,
+    )
     telemetry: JobTelemetry | _Unset = _option(
         TELEMETRY_KEY,
         "the job's trace context options (a :class:`JobTelemetry` or a mapping of its "
@@ -907,6 +937,7 @@ class JobOptionsDict(TypedDict, total=False):
     remove_dependency_on_failure: bool
     deduplication: Deduplication | Mapping[str, Any]
     timeout: Duration
+    group: str
     telemetry: JobTelemetry | Mapping[str, Any]
 
 
@@ -940,6 +971,33 @@ class Limiter:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """Give the processor jobs in lists (docs/workers.md, "Batches").
+
+    The processor is called with a list of up to ``size`` jobs and returns a list of as many
+    results, in the same order; an exception instance at a position fails that job alone.
+    A batch is called once it has ``size`` jobs, or ``wait`` after its first job arrived.
+
+    Args:
+        size: the most jobs in one call (>= 1).
+        wait: how long a batch waits after its first job for more to fill it (seconds or
+            timedelta, >= 0; 0: only the jobs that arrived together).
+    """
+
+    size: int
+    wait: Duration = 0.0
+
+    def __post_init__(self) -> None:
+        _check_int(self.size, "batch.size", low=1)
+        to_seconds(self.wait, "batch.wait")
+
+    @property
+    def wait_seconds(self) -> float:
+        """``wait`` in seconds."""
+        return to_seconds(self.wait, "batch.wait")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
     """How a worker runs. Durations are seconds or timedelta.
 
@@ -962,6 +1020,20 @@ class WorkerOptions:
             worker's threads); see docs/workers.md, "Process isolation and timeouts".
         max_tasks_per_child: replace a pool child after it ran this many jobs (None: never).
         job_timeout: the timeout of jobs without their own ``timeout`` option (None: none).
+        skip_stalled_check: run no stalled check in this worker (other workers of the queue,
+            or none, do it).
+        skip_lock_renewal: never renew the locks of this worker's jobs (a job running longer
+            than ``lock_duration`` is then taken for stalled).
+        maximum_rate_limit_delay: the longest the worker sleeps out a rate limit before it
+            asks Redis again.
+        heartbeat_interval: how often the worker refreshes its entry in the queue's worker
+            registry, which ``get_workers()`` and the dashboard read; an entry lives three
+            intervals without a refresh (None: keep no entry; docs/workers.md, "Listing
+            workers").
+        batch: give the processor lists of jobs (a :class:`Batch`; None: one job per call);
+            not with ``processes``. The worker runs at least ``batch.size`` jobs at once: a
+            lower ``concurrency`` here is raised to it (``Worker(concurrency=...)`` or
+            ``worker.concurrency = ...`` below it is refused).
     """
 
     concurrency: int = 1
@@ -981,10 +1053,33 @@ class WorkerOptions:
     processes: int = 0
     max_tasks_per_child: int | None = None
     job_timeout: Duration | None = None
+    skip_stalled_check: bool = False
+    skip_lock_renewal: bool = False
+    maximum_rate_limit_delay: Duration = 30.0
+    heartbeat_interval: Duration | None = 5.0
+    batch: Batch | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.concurrency, "concurrency", low=1)
+        for flag in ("skip_stalled_check", "skip_lock_renewal"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidOptionError(
+                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
+                )
+        if to_seconds(self.maximum_rate_limit_delay, "maximum_rate_limit_delay") <= 0:
+            raise InvalidOptionError(
+                "maximum_rate_limit_delay must be more than 0 seconds,"
+                f" got {self.maximum_rate_limit_delay!r}"
+            )
         _check_int(self.processes, "processes", low=0)
+        if (
+            self.heartbeat_interval is not None
+            and to_seconds(self.heartbeat_interval, "heartbeat_interval") <= 0
+        ):
+            raise InvalidOptionError(
+                "heartbeat_interval must be more than 0 seconds (or None: no registry entry),"
+                f" got {self.heartbeat_interval!r}"
+            )
         if self.max_tasks_per_child is not None:
             _check_int(self.max_tasks_per_child, "max_tasks_per_child", low=1)
         if self.job_timeout is not None:
@@ -1014,6 +1109,14 @@ class WorkerOptions:
         if self.max_started_attempts is not None:
             _check_int(self.max_started_attempts, "max_started_attempts", low=1)
         to_seconds(self.close_grace, "close_grace")
+        if self.batch is not None:
+            if not isinstance(self.batch, Batch):
+                raise InvalidOptionError(f"batch must be a Batch, got {self.batch!r}")
+            if self.processes:
+                raise InvalidOptionError(
+                    "batch does not work with processes: batches run in the worker's threads "
+                    "(sync processors) or on its event loop (async ones)"
+                )
 
     @property
     def lock_ms(self) -> int:
@@ -1050,3 +1153,8 @@ class WorkerOptionsDict(TypedDict, total=False):
     processes: int
     max_tasks_per_child: int | None
     job_timeout: Duration | None
+    skip_stalled_check: bool
+    skip_lock_renewal: bool
+    maximum_rate_limit_delay: Duration
+    heartbeat_interval: Duration | None
+    batch: Batch | None

@@ -21,21 +21,25 @@ from typing_extensions import Unpack
 
 from . import _ops as ops
 from ._job import Job
+from ._keys import queue_keys
 from ._ops import BulkItem as BulkItem
 from ._ops import Metrics as Metrics
 from ._ops import MetricsMeta as MetricsMeta
 from ._ops import QueueMeta as QueueMeta
 from ._ops import RateLimit as RateLimit
+from ._ops import groups as gops
+from ._ops.groups import GroupInfo as GroupInfo
 from ._ops.replicated import ReplicaWait
+from ._ops.workers import WorkerInfo as WorkerInfo
 from ._queue import Queue as Queue
-from ._queue import _add, _add_bulk, _get_job, _get_jobs, _resume
-from ._redis.connection import AsyncConn, AsyncConnection
-from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, async_client_from_url
+from ._queue import _add, _add_bulk, _get_group_jobs, _get_job, _get_jobs, _get_workers, _resume
+from ._redis.connection import AsyncConn, AsyncConnection, async_client_from_url
+from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT
 from ._redis.server_checks import check_on_first_use
 from .errors import ReplicationError
 from .job import JobState
 from .options import EMPTY_OPTIONS, UNSET, Duration, JobOptions, JobOptionsDict
-from .protocol.keys import DEFAULT_PREFIX, queue_keys
+from .protocol.keys import DEFAULT_PREFIX
 
 T = TypeVar("T")
 
@@ -215,6 +219,11 @@ async def _run(connection: AsyncConnection, op: ops.Op[T]) -> T:
         return await conn.run(op)
 
 
+async def _run_plan(connection: AsyncConnection, plan: ops.Plan[T]) -> T:
+    async with _connected(connection) as conn:
+        return await conn.run_plan(plan)
+
+
 async def get_state(
     queue: str,
     job_id: str,
@@ -375,14 +384,24 @@ async def resume(queue: str, *, connection: AsyncConnection, prefix: str = DEFAU
 
 async def get_workers(
     queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
-) -> list[dict[str, str]]:
-    """The connections of this queue's workers (echomq or BullMQ), from ``CLIENT LIST``.
+) -> list[WorkerInfo]:
+    """This queue's live workers: echomq's worker registry, then BullMQ's from ``CLIENT LIST``.
 
-    Each entry holds that connection's CLIENT LIST fields, with ``name`` set to the queue name
-    and ``rawname`` to the connection's own name. Only the server ``connection`` points to is
-    asked.
+    Each echomq worker keeps an entry in the queue's registry (``heartbeat_interval``); they
+    come first, oldest first, as dicts with ``kind`` ``"echomq"``, ``id`` (the worker's id),
+    ``worker_name``, ``host``, ``pid``, ``concurrency``, ``started_at``, ``heartbeat_at``
+    (aware datetimes), ``jobs`` (the ids of the jobs it held at its last heartbeat),
+    ``version``, and ``name`` (the queue name) and ``rawname`` (its connection's name) as
+    before. Then come the connections named as the queue's workers in ``CLIENT LIST`` that no
+    registry entry accounts for, with their ``CLIENT LIST`` fields as strings (``id``,
+    ``addr``, ``age``...), ``name`` and ``rawname`` as BullMQ's ``getWorkers`` gives them, and
+    ``kind`` ``"bullmq"`` (or ``"echomq"`` for a redis-py connection: an echomq worker that
+    keeps no entry). Where Redis refuses ``CLIENT LIST`` (a managed service), the registry
+    alone is returned and the refusal logged once. Only the server ``connection`` points to is
+    asked. See docs/workers.md, "Listing workers".
     """
-    return await _run(connection, ops.get_workers(queue_keys(queue, prefix)))
+    async with _connected(connection) as conn:
+        return await _get_workers(conn, queue_keys(queue, prefix))
 
 
 async def trim_events(
@@ -501,9 +520,7 @@ async def drain(
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
         prefix: the key prefix.
     """
-    plan = ops.drain_plan(queue_keys(queue, prefix), delayed=delayed)
-    async with _connected(connection) as conn:
-        await conn.run_plan(plan)
+    await _run_plan(connection, ops.drain_plan(queue_keys(queue, prefix), delayed=delayed))
 
 
 async def clean(
@@ -538,9 +555,9 @@ async def clean(
     Raises:
         ValidationError: bad ``state``, negative ``grace`` or ``limit``; nothing was written.
     """
-    plan = ops.clean_plan(queue_keys(queue, prefix), grace, limit, state)
-    async with _connected(connection) as conn:
-        return await conn.run_plan(plan)
+    return await _run_plan(
+        connection, ops.clean_plan(queue_keys(queue, prefix), grace, limit, state)
+    )
 
 
 async def obliterate(
@@ -566,9 +583,7 @@ async def obliterate(
         ActiveJobsError: the queue has active jobs and ``force`` is False; nothing was written.
         QueueNotPausedError: the queue was resumed while it was being deleted.
     """
-    plan = ops.obliterate_plan(queue_keys(queue, prefix), force=force)
-    async with _connected(connection) as conn:
-        await conn.run_plan(plan)
+    await _run_plan(connection, ops.obliterate_plan(queue_keys(queue, prefix), force=force))
 
 
 async def retry_jobs(
@@ -596,9 +611,9 @@ async def retry_jobs(
     Raises:
         ValidationError: bad ``state``, ``count`` or ``timestamp``; nothing was written.
     """
-    plan = ops.retry_jobs_plan(queue_keys(queue, prefix), state, count, timestamp)
-    async with _connected(connection) as conn:
-        await conn.run_plan(plan)
+    await _run_plan(
+        connection, ops.retry_jobs_plan(queue_keys(queue, prefix), state, count, timestamp)
+    )
 
 
 async def promote_jobs(
@@ -613,9 +628,7 @@ async def promote_jobs(
     Raises:
         ValidationError: bad ``count``; nothing was written.
     """
-    plan = ops.promote_jobs_plan(queue_keys(queue, prefix), count)
-    async with _connected(connection) as conn:
-        await conn.run_plan(plan)
+    await _run_plan(connection, ops.promote_jobs_plan(queue_keys(queue, prefix), count))
 
 
 # -- global limits ---------------------------------------------------------------------------
@@ -810,3 +823,267 @@ async def get_meta(
     concurrency, global rate limit, events stream length and the BullMQ version that last
     opened the queue."""
     return await _run(connection, ops.get_meta(queue_keys(queue, prefix)))
+
+
+# -- groups ----------------------------------------------------------------------------------
+# echomq's own (docs/groups.md, docs/protocol/groups.md): settings in the queue's
+# `groups:state` hash that every echomq worker honours when it fetches; BullMQ workers for Node
+# never take a grouped job.
+
+
+async def set_group_concurrency(
+    queue: str,
+    concurrency: int,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Let each group run at most ``concurrency`` jobs at once, across all workers.
+
+    With ``group`` None this is the default of every group; with a group id, that group's own
+    concurrency, which takes precedence over the default. Workers see it at their next fetch.
+    A limit raised (or a group's own one set) lets the groups it held back run at once: they
+    rejoin the rotation in the same call (a default raised re-checks every group, a thousand
+    per script call) and idle workers are woken.
+
+    Args:
+        queue: the queue name.
+        concurrency: an int >= 1.
+        group: a group id (a non-empty str of at most 256 characters), or None for every
+            group's default.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``concurrency`` is not an int >= 1, or ``group`` is not a valid
+            group id; nothing was written.
+    """
+    await _run_plan(
+        connection, gops.set_group_concurrency(queue_keys(queue, prefix), concurrency, group)
+    )
+
+
+async def get_group_concurrency(
+    queue: str,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> int | None:
+    """The default group concurrency (``group`` None), or ``group``'s own; None when it is not
+    set (a group without its own follows the default).
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id.
+    """
+    return await _run(connection, gops.get_group_concurrency(queue_keys(queue, prefix), group))
+
+
+async def remove_group_concurrency(
+    queue: str,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> bool:
+    """Remove the default group concurrency (``group`` None), or ``group``'s own (it then
+    follows the default); True if it was set. Groups it held back run again at once.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id; nothing was written.
+    """
+    return await _run_plan(
+        connection, gops.remove_group_concurrency(queue_keys(queue, prefix), group)
+    )
+
+
+async def set_group_rate_limit(
+    queue: str,
+    max: int,
+    duration: Duration,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> None:
+    """Let each group start (and end) at most ``max`` jobs per ``duration``, all workers
+    together.
+
+    With ``group`` None this is the default of every group; with a group id, that group's own
+    rate limit, which takes precedence over the default. Each start takes one of ``max`` slots,
+    free again ``duration`` after its job ends: no interval of ``duration`` holds more than
+    ``max`` starts of the group, nor more than ``max`` ends. A group with no free slot waits,
+    while the other groups run. Stored as ``"<max>:<ms>"``. A raised ``max`` lets the groups
+    held back run at once, as :func:`set_group_concurrency` does.
+
+    Args:
+        queue: the queue name.
+        max: jobs per window, an int >= 1.
+        duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
+        group: a group id, or None for every group's default.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``max`` is not an int >= 1, ``duration`` is not positive, or
+            ``group`` is not a valid group id; nothing was written.
+    """
+    await _run_plan(
+        connection, gops.set_group_rate_limit(queue_keys(queue, prefix), max, duration, group)
+    )
+
+
+async def get_group_rate_limit(
+    queue: str,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> RateLimit | None:
+    """The default group rate limit (``group`` None), or ``group``'s own, as
+    ``RateLimit(max, duration)`` with ``duration`` in seconds; None when it is not set.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id.
+    """
+    return await _run(connection, gops.get_group_rate_limit(queue_keys(queue, prefix), group))
+
+
+async def remove_group_rate_limit(
+    queue: str,
+    group: str | None = None,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> bool:
+    """Remove the default group rate limit (``group`` None), or ``group``'s own; True if it
+    was set. Groups whose window it held full run again at once.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id; nothing was written.
+    """
+    return await _run_plan(
+        connection, gops.remove_group_rate_limit(queue_keys(queue, prefix), group)
+    )
+
+
+async def pause_group(
+    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> None:
+    """Pause one group: workers take none of its jobs until :func:`resume_group`; its jobs stay
+    where they are, its active ones run to their end, jobs added to it wait, and the other
+    groups go on.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id; nothing was written.
+    """
+    await _run_plan(connection, gops.pause_group(queue_keys(queue, prefix), group))
+
+
+async def resume_group(
+    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> None:
+    """Resume a paused group: if it has waiting jobs and its limits allow, it rejoins the
+    rotation in the same call and idle workers are woken. Resuming a group that is not paused
+    does nothing.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id; nothing was written.
+    """
+    await _run_plan(connection, gops.resume_group(queue_keys(queue, prefix), group))
+
+
+async def get_groups(
+    queue: str,
+    start: int = 0,
+    end: int = -1,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> list[GroupInfo]:
+    """The queue's groups that have waiting or active jobs, most waiting jobs first.
+
+    Args:
+        queue: the queue name.
+        start: first index of that order.
+        end: last index (inclusive; ``-1``: to the end).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        prefix: the key prefix.
+
+    Returns:
+        A ``GroupInfo(id, waiting, active, paused, limited)`` per group; ``limited`` when its
+        active jobs have reached its concurrency or its rate window is full.
+
+    Raises:
+        ValidationError: ``start`` or ``end`` is not an int.
+    """
+    return await _run_plan(connection, gops.get_groups_plan(queue_keys(queue, prefix), start, end))
+
+
+async def get_group_job_counts(
+    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> dict[str, int]:
+    """How many jobs one group has ``waiting``, ``active`` and ``delayed``.
+
+    Delayed jobs of every group share one sorted set, so they are counted by reading it a
+    thousand at a time (docs/protocol/groups.md#groups-admin): the cost grows with the queue's
+    grouped delayed jobs, and the three counts are not read at one instant.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id.
+    """
+    return await _run_plan(
+        connection, gops.get_group_job_counts_plan(queue_keys(queue, prefix), group)
+    )
+
+
+async def get_group_jobs(
+    queue: str,
+    group: str,
+    start: int = 0,
+    end: int = -1,
+    *,
+    connection: AsyncConnection,
+    prefix: str = DEFAULT_PREFIX,
+) -> list[Job]:
+    """One group's waiting jobs in the order its turns will take them (priority, then first
+    in first out, ``lifo`` jobs first), sliced ``[start, end]``.
+
+    Args:
+        queue: the queue name.
+        group: the group id.
+        start: first index.
+        end: last index (inclusive; ``-1``: to the end).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
+            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`).
+        prefix: the key prefix.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id.
+        ValidationError: ``start`` or ``end`` is not an int.
+    """
+    keys = queue_keys(queue, prefix)
+    async with _connected(connection) as conn:
+        jobs = await _get_group_jobs(conn, keys, group, start, end)
+        return [_detached(conn, job) for job in jobs]
+
+
+async def remove_group_jobs(
+    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+) -> int:
+    """Delete one group's waiting jobs, with their logs; its active and delayed jobs stay, and
+    so do the current iterations of job schedulers (as :func:`drain` keeps them).
+
+    Runs as several short script calls (at most 1000 jobs each), so jobs added to the group
+    meanwhile may or may not be removed. No events are written (as :func:`drain`).
+
+    Returns:
+        How many jobs were deleted.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a valid group id; nothing was written.
+    """
+    return await _run_plan(
+        connection, gops.remove_group_jobs_plan(queue_keys(queue, prefix), group)
+    )

@@ -115,6 +115,10 @@ def test_the_argv_takes_defaults_from_the_backend(redis_url: str, prefix: str) -
         "--prefix",
     ]
     assert worker_argv(backend, given)[-1] == "--uvloop"
+    # Per-minute metrics are on by default, as in `echomq worker`; --no-metrics is a switch.
+    assert worker_argv(backend, {"metrics": True, "metrics_data_points": 20160})[-1] == prefix
+    off = worker_argv(backend, {"metrics": False, "metrics_data_points": 60})
+    assert off[-3:] == ["--metrics-data-points", "60", "--no-metrics"]
 
 
 def test_a_backend_that_is_not_echomq_is_refused() -> None:

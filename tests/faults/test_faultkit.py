@@ -55,6 +55,20 @@ def test_ledger_in_flight_per_process(tmp_path: Path) -> None:
     assert ledger.pids_of("a") == [os.getpid(), 1]
 
 
+def test_ledger_lines_carry_the_group(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.txt"
+    writer = LedgerWriter(path)
+    try:
+        writer.write("a", START, "tenant 1/ü")
+        writer.write("b", START)
+    finally:
+        writer.close()
+    with open(path, "a") as other:
+        other.write(f"c 1 {START} 1.0 g")  # still being written: no newline yet
+    entries = Ledger(path).entries()
+    assert [(e.job_id, e.group) for e in entries] == [("a", "tenant 1/ü"), ("b", None)]
+
+
 @pytest_asyncio.fixture
 async def server(tmp_path: Path) -> AsyncIterator[FaultServer]:
     srv = FaultServer(tmp_path / "redis")

@@ -26,8 +26,10 @@ from nodepeer import NodePeer
 import echomq
 from echomq import DependencyPage, Job, Queue, Worker
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import worker as wops
-from echomq.protocol.keys import QueueKeys, queue_keys
+from echomq._redis.run import run_op
+from echomq.protocol.keys import QueueKeys
 from helpers import wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -183,13 +185,13 @@ async def test_node_moves_to_waiting_children_python_children_release(
     params = wops.FetchParams("t:", 30_000)
     for job_id in ("N", "Y"):  # N: moved by Node; Y: moved by Python, side by side
         await echomq.add(pq, "parent", {}, connection=redis, job_id=job_id)
-    reply = await wops.finish_and_fetch(pk, [], 2, 1, params, ops.now_ms()).run(redis)
+    reply = await run_op(redis, wops.finish_and_fetch(pk, [], 2, 1, params, ops.now_ms()))
     tokens = {fetched.id: fetched.token for fetched in reply.jobs}
     assert set(tokens) == {"N", "Y"}
     for parent_id in ("N", "Y"):
         for i in range(2):
             job = ops.prepare_job("ok", {"n": i}, echomq.JobOptions(job_id=f"{parent_id}{i}"))
-            await ops.add_job(ck, job, (pk, parent_id)).run(redis)
+            await run_op(redis, ops.add_job(ck, job, (pk, parent_id)))
 
     moved = await peer.call("jobMethod", id="N", method="moveToWaitingChildren", args=[tokens["N"]])
     assert moved is True

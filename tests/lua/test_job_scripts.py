@@ -11,8 +11,9 @@ from redis import Redis
 
 from echomq import JobOptions
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import scripts
-from echomq.protocol.keys import queue_keys
+from echomq._redis.run_sync import run_op as run_op_sync
 
 NEW_SCRIPTS = {
     "addLog": 2,
@@ -42,26 +43,26 @@ def test_scripts_on_a_sync_client(redis_url: str, queue_name: str, decode: bool)
     client = Redis.from_url(redis_url, decode_responses=decode)
     try:
         prepared = ops.prepare_job("n", {"a": 1}, JobOptions())
-        job_id = ops.add_job(keys, prepared).run_sync(client)
-        assert ops.get_state(keys, job_id).run_sync(client) == "waiting"
-        assert ops.get_state(keys, "missing").run_sync(client) == "unknown"
-        assert ops.add_log(keys, job_id, "a", 1).run_sync(client) == 1
-        assert ops.add_log(keys, job_id, "b", 1).run_sync(client) == 1
-        assert ops.get_logs(keys, job_id).run_sync(client) == (["b"], 1)
-        ops.update_progress(keys, job_id, 3).run_sync(client)
-        ops.change_priority(keys, job_id, 2).run_sync(client)
-        assert ops.get_state(keys, job_id).run_sync(client) == "prioritized"
-        assert ops.get_counts(keys, ["prioritized", "waiting"]).run_sync(client) == {
+        job_id = run_op_sync(client, ops.add_job(keys, prepared))
+        assert run_op_sync(client, ops.get_state(keys, job_id)) == "waiting"
+        assert run_op_sync(client, ops.get_state(keys, "missing")) == "unknown"
+        assert run_op_sync(client, ops.add_log(keys, job_id, "a", 1)) == 1
+        assert run_op_sync(client, ops.add_log(keys, job_id, "b", 1)) == 1
+        assert run_op_sync(client, ops.get_logs(keys, job_id)) == (["b"], 1)
+        run_op_sync(client, ops.update_progress(keys, job_id, 3))
+        run_op_sync(client, ops.change_priority(keys, job_id, 2))
+        assert run_op_sync(client, ops.get_state(keys, job_id)) == "prioritized"
+        assert run_op_sync(client, ops.get_counts(keys, ["prioritized", "waiting"])) == {
             "prioritized": 1,
             "waiting": 0,
         }
-        assert ops.get_ranges(keys, ["prioritized"]).run_sync(client) == [job_id]
-        (h,) = ops.get_job_hashes(keys, [job_id]).run_sync(client)
+        assert run_op_sync(client, ops.get_ranges(keys, ["prioritized"])) == [job_id]
+        (h,) = run_op_sync(client, ops.get_job_hashes(keys, [job_id]))
         assert h is not None and h["progress"] == "3" and h["priority"] == "2"
-        assert ops.pause_queue(keys, True).run_sync(client) == 0
-        assert ops.is_paused(keys).run_sync(client) is True
-        assert ops.pause_queue(keys, False).run_sync(client) == 0
-        assert ops.is_paused(keys).run_sync(client) is False
+        assert run_op_sync(client, ops.pause_queue(keys, True)) == 0
+        assert run_op_sync(client, ops.is_paused(keys)) is True
+        assert run_op_sync(client, ops.pause_queue(keys, False)) == 0
+        assert run_op_sync(client, ops.is_paused(keys)) is False
     finally:
         client.close()
 
@@ -72,8 +73,8 @@ def test_resume_reports_legacy_entries_left(redis_url: str, queue_name: str) -> 
     try:
         client.rpush(keys.paused, *range(7003))
         client.lpush(keys.wait, "w")
-        assert ops.pause_queue(keys, False).run_sync(client) == 3
-        assert ops.pause_queue(keys, False, emit=False).run_sync(client) == 0
+        assert run_op_sync(client, ops.pause_queue(keys, False)) == 3
+        assert run_op_sync(client, ops.pause_queue(keys, False, emit=False)) == 0
         assert client.llen(keys.wait) == 7004
         assert client.xlen(keys.events) == 1
     finally:

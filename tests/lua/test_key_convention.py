@@ -17,9 +17,11 @@ from redis import Redis
 
 from echomq import JobOptions
 from echomq import _ops as ops
+from echomq._keys import queue_keys
 from echomq._ops import scripts
 from echomq._ops import worker as wops
-from echomq.protocol.keys import RESERVED_SUFFIXES, SCRIPT_KEY_LAYOUTS, queue_keys
+from echomq._redis.run_sync import run_op as run_op_sync
+from echomq.protocol.keys import RESERVED_SUFFIXES, SCRIPT_KEY_LAYOUTS
 
 NAMES = scripts.all_script_names()
 HELPER = scripts._read("includes/job_keys.lua").rstrip("\n")
@@ -122,17 +124,19 @@ def test_a_child_releases_its_parent_in_its_own_or_another_queue(
     child_keys = parent_keys if same_queue else queue_keys(queue_name + "-children")
     client = Redis.from_url(redis_url, decode_responses=True)
     try:
-        parent = ops.add_job(parent_keys, ops.prepare_job("p", {}, JobOptions())).run_sync(client)
+        parent = run_op_sync(
+            client, ops.add_job(parent_keys, ops.prepare_job("p", {}, JobOptions()))
+        )
         client.lrem(parent_keys.wait, 0, parent)
         client.zadd(parent_keys.waiting_children, {parent: 1})
         job = ops.prepare_job("c", {}, JobOptions())
-        child = ops.add_job(child_keys, job, (parent_keys, parent)).run_sync(client)
+        child = run_op_sync(client, ops.add_job(child_keys, job, (parent_keys, parent)))
         params = wops.FetchParams("t:", 30_000)
-        got = wops.finish_and_fetch(child_keys, [], 1, 1, params, ops.now_ms()).run_sync(client)
+        got = run_op_sync(client, wops.finish_and_fetch(child_keys, [], 1, 1, params, ops.now_ms()))
         assert [j.id for j in got.jobs] == [child]
         done = wops.finish_item(wops.COMPLETE, child, "t:1", '"ok"')
         reply = wops.finish_and_fetch(child_keys, [done], 0, 2, params, ops.now_ms())
-        assert reply.run_sync(client).codes == [0]
+        assert run_op_sync(client, reply).codes == [0]
         assert client.lrange(parent_keys.wait, 0, -1) == [parent]
         assert client.zcard(parent_keys.waiting_children) == 0
         processed = client.hgetall(parent_keys.job(parent) + ":processed")

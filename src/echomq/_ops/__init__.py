@@ -1,12 +1,15 @@
 """Sans-I/O protocol operations: each builds a script call or commands and parses the reply.
 
-Every operation is a function returning an :class:`Op`; ``await op.run(client)`` runs it on an
-async client and ``op.run_sync(client)`` on a sync one, so the async and sync APIs stay thin
-shells. Validation happens while an op is built, so a refused call never reaches Redis.
+Every operation is a function returning an :class:`Op`, a value that ``_redis.run.run_op``
+runs on an async client (and its generated twin in ``_redis.run_sync`` on a sync one), so the
+async and sync APIs stay thin shells. Validation happens while an op is built, so a refused
+call never reaches Redis.
 
 Modules: ``_base`` (Op types, reply decoding), ``add`` (adding jobs), ``dedup`` (deduplication
 windows), ``jobs`` (getters and single-job operations), ``admin`` (queue-wide operations),
-``limits`` (global concurrency, rate limits and the meta hash), ``worker`` (fetching and
+``limits`` (global concurrency, rate limits and the meta hash), ``groups`` (group settings,
+pausing, reading and removing a group's waiting jobs; imported as ``_ops.groups``, its
+``GroupInfo`` re-exported by :mod:`echomq`), ``worker`` (fetching and
 finishing, lock renewal, stalled recovery), ``flows`` (a job's children: reads, waiting for
 them, unlinking and removing them; imported as ``_ops.flows``, its types re-exported by
 :mod:`echomq`), ``flow_tree`` (validating and adding whole flow trees, reading a tree back;
@@ -28,8 +31,6 @@ from ._base import (
     flat_to_dict,
     hash_to_dict,
     now_ms,
-    run_plan,
-    run_plan_sync,
     to_str,
 )
 from .add import (
@@ -39,7 +40,6 @@ from .add import (
     add_job,
     add_job_outcome,
     add_jobs,
-    get_job_hash,
     prepare_bulk,
     prepare_job,
     validate_job_id,
@@ -57,7 +57,11 @@ from .admin import (
     remove_job,
     retry_jobs_plan,
 )
-from .dedup import get_deduplication_job_id, remove_deduplication_key
+from .dedup import (
+    get_deduplication_job_id,
+    remove_deduplication_key,
+    remove_own_deduplication_key,
+)
 from .jobs import (
     DEFAULT_COUNT_TYPES,
     JOB_TYPES,
@@ -68,7 +72,9 @@ from .jobs import (
     add_log,
     change_delay,
     change_priority,
+    clear_logs,
     get_counts,
+    get_job_hash,
     get_job_hashes,
     get_jobs_plan,
     get_logs,
@@ -80,6 +86,7 @@ from .jobs import (
     normalize_types,
     pause_queue,
     promote_job,
+    publish_event,
     reprocess_job,
     resume_plan,
     trim_events,
@@ -124,6 +131,7 @@ __all__ = [
     "add_job_outcome",
     "add_jobs",
     "add_log",
+    "clear_logs",
     "change_delay",
     "change_priority",
     "check_code",
@@ -142,6 +150,7 @@ __all__ = [
     "get_ranges",
     "get_state",
     "get_workers",
+    "publish_event",
     "hash_to_dict",
     "is_paused",
     "move_jobs_to_wait",
@@ -155,12 +164,11 @@ __all__ = [
     "promote_job",
     "promote_jobs_plan",
     "remove_deduplication_key",
+    "remove_own_deduplication_key",
     "remove_job",
     "reprocess_job",
     "resume_plan",
     "retry_jobs_plan",
-    "run_plan",
-    "run_plan_sync",
     "to_str",
     "trim_events",
     "update_data",

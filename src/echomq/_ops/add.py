@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._json import dumps
+from .._keys import queue_keys
 from ..errors import (
     InvalidJobIdError,
     ParentCannotBeReplacedError,
@@ -26,20 +28,10 @@ from ..options import (
     moment_to_ms,
     to_ms,
 )
-from ..protocol import codes, fields
-from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys, queue_keys
+from ..protocol import codes
+from ..protocol.keys import RESERVED_SUFFIXES, QueueKeys
 from . import scripts
-from ._base import (
-    CommandOp,
-    MappedOp,
-    ScriptOp,
-    TransactionOp,
-    check_code,
-    flat_to_dict,
-    hash_to_dict,
-    now_ms,
-    to_str,
-)
+from ._base import MappedOp, ScriptOp, TransactionOp, check_code, now_ms, to_str
 
 #: One item of ``add_bulk``: ``(name, data)`` or ``(name, data, options)``.
 BulkItem = tuple[str, Any] | tuple[str, Any, JobOptions | Mapping[str, Any]]
@@ -81,6 +73,27 @@ class PreparedJob:
     #: the ``de`` option's JSON ("" without deduplication)
     dedup_json: str = ""
 
+    @property
+    def group(self) -> str:
+        """The job's group, or "" (the add scripts' group argument)."""
+        group = self.options.group
+        return group if isinstance(group, str) else ""
+
+    def placement_args(self) -> list[scripts.Arg]:
+        """What both add scripts store and place the job by, in their ARGV order (addJob's
+        ARGV[2..8], addFlow's ARGV[3..9]): name, timestamp, data, opts, delay, priority and
+        the lifo flag."""
+        lifo = "1" if self.options.lifo is True else "0"
+        return [
+            self.name,
+            self.timestamp_ms,
+            self.data_json,
+            self.opts_json,
+            self.delay_ms,
+            self.priority,
+            lifo,
+        ]
+
 
 @dataclass(frozen=True, slots=True)
 class AddOutcome:
@@ -92,7 +105,7 @@ class AddOutcome:
     deduplicated: bool = False
 
 
-_EMPTY_OPTS_JSON = fields.dumps(EMPTY_OPTIONS.to_wire())
+_EMPTY_OPTS_JSON = dumps(EMPTY_OPTIONS.to_wire())
 
 
 def _opts_json(options: JobOptions) -> str:
@@ -103,7 +116,7 @@ def _opts_json(options: JobOptions) -> str:
     """
     if options is EMPTY_OPTIONS:
         return _EMPTY_OPTS_JSON
-    return fields.dumps(options.to_wire(), "job options")
+    return dumps(options.to_wire(), "job options")
 
 
 def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = None) -> PreparedJob:
@@ -114,7 +127,7 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
         validate_job_id(options.job_id)
     if data is UNSET:  # no data given: `{}`, as Node stores for undefined data
         data = {}
-    data_json = fields.dumps(data, "job data")
+    data_json = dumps(data, "job data")
     size_limit = options.size_limit
     if size_limit is not UNSET:
         size = len(data_json.encode("utf-8"))
@@ -139,7 +152,7 @@ def prepare_job(name: str, data: Any, options: JobOptions, now: int | None = Non
         parent_json = parent_field(parent.id, parent.queue, options.failure_policy)
     dedup_json = ""
     if options.deduplication is not UNSET:
-        dedup_json = fields.dumps(options.to_wire()[OPTION_NAMES["deduplication"]])
+        dedup_json = dumps(options.to_wire()[OPTION_NAMES["deduplication"]])
     return PreparedJob(
         name,
         data,
@@ -161,7 +174,7 @@ def parent_field(parent_id: str, queue_key: str, policy: str | None) -> str:
     ref: dict[str, Any] = {"id": parent_id, "queueKey": queue_key}
     if policy is not None:
         ref[policy] = True
-    return fields.dumps(ref)
+    return dumps(ref)
 
 
 def add_job(
@@ -210,25 +223,14 @@ def add_job_outcome(
 
 
 def _job_args(job: PreparedJob, parent: tuple[QueueKeys, str] | None = None) -> list[scripts.Arg]:
-    """The 11 ARGV values of one job for the addJob script."""
+    """The 12 ARGV values of one job for the addJob script."""
     parent_key, parent_json = job.parent_key, job.parent_json
     if parent is not None:
         parent_keys, parent_id = parent
         parent_key = parent_keys.job(parent_id)
         parent_json = parent_field(parent_id, parent_keys.qualified, job.options.failure_policy)
-    return [
-        job.options.job_id if job.options.job_id is not UNSET else "",
-        job.name,
-        job.timestamp_ms,
-        job.data_json,
-        job.opts_json,
-        job.delay_ms,
-        job.priority,
-        "1" if job.options.lifo is True else "0",
-        parent_key,
-        parent_json,
-        job.dedup_json,
-    ]
+    custom = job.options.job_id if job.options.job_id is not UNSET else ""
+    return [custom, *job.placement_args(), parent_key, parent_json, job.dedup_json, job.group]
 
 
 def prepare_bulk(
@@ -277,15 +279,3 @@ def _outcome(reply: Any, custom: str | None, command: str) -> AddOutcome:
         inner = reply[0]
         return AddOutcome(to_str(inner[0] if isinstance(inner, list) else inner), True)
     return AddOutcome(to_str(check_code(reply, job_id=custom, command=command)))
-
-
-def get_job_hash(keys: QueueKeys, job_id: str) -> CommandOp[dict[str, str] | None]:
-    """HGETALL of a job; None when it does not exist."""
-
-    def parse(replies: list[Any]) -> dict[str, str] | None:
-        raw = replies[0]
-        if not raw:
-            return None
-        return hash_to_dict(raw) if isinstance(raw, Mapping) else flat_to_dict(raw)
-
-    return CommandOp([("HGETALL", keys.job(job_id))], parse)

@@ -3,13 +3,15 @@
 (docs/protocol/scripts.md#script-removeJob and the sections after it.) Operations that may
 touch many jobs run as a
 *plan*: a generator that yields one bounded script call at a time and receives its parsed reply,
-so no single script holds Redis for long and the same plan drives the async API
-(:func:`run_plan`) and the sync one (:func:`run_plan_sync`). Every plan validates its
+so no single script holds Redis for long and the same plan drives the async API and the sync
+one (``_redis.run.run_plan`` and its generated twin). Every plan validates its
 arguments when it is built, before its first call is yielded, so a refused call writes nothing.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -104,6 +106,18 @@ def remove_job(keys: QueueKeys, job_id: str, *, remove_children: bool = True) ->
     )
 
 
+def _while_more(first: ScriptOp[bool], following: Callable[[], ScriptOp[bool]]) -> Plan[None]:
+    """The plan that runs ``first``, then ``following()`` for as long as a call answers that
+    more remain. ``first`` is built by the caller, so its arguments are checked at once."""
+
+    def plan() -> Plan[None]:
+        more = yield first
+        while more:
+            more = yield following()
+
+    return plan()
+
+
 # -- drain ---------------------------------------------------------------------------------
 
 
@@ -119,15 +133,10 @@ def drain_batch(keys: QueueKeys, *, delayed: bool, budget: int = BATCH) -> Scrip
 
 
 def drain_plan(keys: QueueKeys, *, delayed: bool = False, budget: int = BATCH) -> Plan[None]:
-    """Remove every waiting (and prioritized; with ``delayed``, delayed) job, in bounded calls."""
-    first = drain_batch(keys, delayed=delayed, budget=budget)
-
-    def plan() -> Plan[None]:
-        more = yield first
-        while more:
-            more = yield drain_batch(keys, delayed=delayed, budget=budget)
-
-    return plan()
+    """Remove every waiting (and prioritized; with ``delayed``, delayed) job, grouped ones
+    included, in bounded calls."""
+    batch = functools.partial(drain_batch, keys, delayed=delayed, budget=budget)
+    return _while_more(batch(), batch)
 
 
 # -- clean ---------------------------------------------------------------------------------
@@ -172,6 +181,8 @@ def clean_plan(
     batch: int = BATCH,
 ) -> Plan[list[str]]:
     """Remove jobs of ``state`` older than ``grace``, at most ``limit`` (0 = all), in batches.
+
+    ``wait``, ``delayed`` and ``active`` include their grouped jobs, after the ungrouped ones.
 
     Each call inspects at most ``batch`` entries; entries it keeps (too recent, locked, a
     scheduler's current iteration) are skipped by the next call, so the scan goes on until it
@@ -243,22 +254,21 @@ def obliterate_plan(keys: QueueKeys, *, force: bool = False, budget: int = BATCH
     refuses with :class:`QueueNotPausedError` instead of fighting the resume.
     """
     first = obliterate_batch(keys, force=force, budget=budget, pause=True)
-
-    def plan() -> Plan[None]:
-        more = yield first
-        while more:
-            more = yield obliterate_batch(keys, force=force, budget=budget, pause=False)
-
-    return plan()
+    return _while_more(
+        first, functools.partial(obliterate_batch, keys, force=force, budget=budget, pause=False)
+    )
 
 
 # -- retry_jobs / promote_jobs -------------------------------------------------------------
 
 
 def move_jobs_to_wait(
-    keys: QueueKeys, *, state: str, count: int, max_score: int | str
+    keys: QueueKeys, *, state: str, count: int, max_score: int | str, now: int | None = None
 ) -> ScriptOp[bool]:
-    """One moveJobsToWait call (``state`` = completed, failed or delayed); True if more remain."""
+    """One moveJobsToWait call (``state`` = completed, failed or delayed); True if more remain.
+
+    Grouped jobs return to their groups; ``delayed`` takes the grouped delayed jobs too.
+    """
     _check_count(count, "count", allow_zero=False)
     if state not in MOVE_TO_WAIT_STATES:
         raise ValidationError(
@@ -267,7 +277,7 @@ def move_jobs_to_wait(
     return ScriptOp(
         scripts.get("moveJobsToWait"),
         keys.script_keys["moveJobsToWait"],
-        [count, max_score, state],
+        [count, max_score, state, now if now is not None else now_ms()],
         lambda reply: int(reply) == 1,
     )
 
@@ -296,11 +306,7 @@ def promote_jobs_plan(keys: QueueKeys, count: int = BATCH) -> Plan[None]:
 
 
 def _move_all(keys: QueueKeys, state: str, count: int, max_score: int | str) -> Plan[None]:
-    first = move_jobs_to_wait(keys, state=state, count=count, max_score=max_score)
-
-    def plan() -> Plan[None]:
-        more = yield first
-        while more:
-            more = yield move_jobs_to_wait(keys, state=state, count=count, max_score=max_score)
-
-    return plan()
+    batch = functools.partial(
+        move_jobs_to_wait, keys, state=state, count=count, max_score=max_score
+    )
+    return _while_more(batch(), batch)

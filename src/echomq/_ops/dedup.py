@@ -12,7 +12,8 @@ from typing import Any
 
 from ..errors import ValidationError
 from ..protocol.keys import QueueKeys
-from ._base import CommandOp, to_str
+from . import scripts
+from ._base import CommandOp, ScriptOp, to_str
 
 
 def _check_id(dedup_id: object) -> str:
@@ -36,3 +37,11 @@ def remove_deduplication_key(keys: QueueKeys, dedup_id: str) -> CommandOp[bool]:
     ``dn:<dedupId>`` is left for the owner's finish, as in BullMQ); True if it existed."""
     key = keys.dedup(_check_id(dedup_id))
     return CommandOp([("DEL", key)], lambda replies: bool(replies[0]))
+
+
+def remove_own_deduplication_key(keys: QueueKeys, dedup_id: str, job_id: str) -> ScriptOp[bool]:
+    """Delete ``de:<dedupId>`` only while job ``job_id`` owns it (BullMQ's
+    ``Job.removeDeduplicationKey``; docs/protocol/scripts.md#script-removeDeduplicationKey);
+    True if it was deleted."""
+    key = keys.dedup(_check_id(dedup_id))
+    return ScriptOp(scripts.get("removeDeduplicationKey"), [key], [job_id], lambda r: bool(int(r)))

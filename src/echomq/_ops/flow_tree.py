@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._flow_job import FlowJob
+from .._keys import queue_keys
 from ..errors import (
     InvalidOptionError,
     ParentCannotBeReplacedError,
@@ -24,7 +25,7 @@ from ..errors import (
 )
 from ..options import UNSET, Parent
 from ..protocol import codes
-from ..protocol.keys import QueueKeys, queue_keys
+from ..protocol.keys import QueueKeys
 from . import scripts
 from ._base import CommandOp, Plan, ScriptOp, flat_to_dict, hash_to_dict, now_ms, to_str
 from .add import AddOutcome, PreparedJob, prepare_job, validate_job_id
@@ -145,17 +146,12 @@ def add_flow(nodes: Sequence[FlowNode]) -> ScriptOp[list[AddOutcome]]:
         args += [
             node.keys.qualified,
             node.job_id,
-            job.name,
-            job.timestamp_ms,
-            job.data_json,
-            job.opts_json,
-            job.delay_ms,
-            job.priority,
-            "1" if job.options.lifo is True else "0",
+            *job.placement_args(),
             job.parent_key,
             job.parent_json,
             "1" if node.children else "0",
             job.dedup_json,
+            job.group,
         ]
 
     def parse(reply: Any) -> list[AddOutcome]:
@@ -172,28 +168,21 @@ def add_flow(nodes: Sequence[FlowNode]) -> ScriptOp[list[AddOutcome]]:
 def _refused(nodes: Sequence[FlowNode], code: int, at: int) -> ScriptError:
     node = nodes[at]
     where = f"flow node {node.job.name!r} (id {node.job_id}, queue {node.keys.name!r})"
+    error: type[ScriptError] = ScriptError
+    message = f"addFlow refused {where} with code {code}"
     if code == codes.PARENT_JOB_NOT_EXIST:
-        return ParentNotFoundError(
+        error = ParentNotFoundError
+        message = (
             f"the parent job {node.job.parent_key} of {where} does not exist; "
-            "nothing of the flow was written",
-            code=code,
-            job_id=node.job_id,
-            command="add_flow",
+            "nothing of the flow was written"
         )
-    if code == codes.PARENT_JOB_CANNOT_BE_REPLACED:
-        return ParentCannotBeReplacedError(
+    elif code == codes.PARENT_JOB_CANNOT_BE_REPLACED:
+        error = ParentCannotBeReplacedError
+        message = (
             f"{where}: job {node.job_id} already exists as the child of another parent; "
-            "nothing of the flow was written (choose another job_id)",
-            code=code,
-            job_id=node.job_id,
-            command="add_flow",
+            "nothing of the flow was written (choose another job_id)"
         )
-    return ScriptError(
-        f"addFlow refused {where} with code {code}",
-        code=code,
-        job_id=node.job_id,
-        command="add_flow",
-    )
+    return error(message, code=code, job_id=node.job_id, command="add_flow")
 
 
 # -- reading a tree ---------------------------------------------------------------------------

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from .._keys import queue_keys
 from ..errors import ParentNotFoundError, ValidationError
 from ..protocol import codes, fields
-from ..protocol.keys import QueueKeys, queue_keys
+from ..protocol.keys import QueueKeys
 from . import scripts
-from ._base import CommandOp, ScriptOp, check_code, flat_to_dict, hash_to_dict, to_str
+from ._base import CommandOp, Plan, ScriptOp, check_code, flat_to_dict, hash_to_dict, to_str
+from .flow_tree import split_child_key
 
 #: The four parts of a job's children, in the order results list them.
 DEPENDENCY_PARTS: tuple[str, ...] = ("processed", "unprocessed", "failed", "ignored")
@@ -101,6 +103,76 @@ class DependencyCounts:
     ignored: int | None = None
 
 
+J = TypeVar("J")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenPage(Generic[J]):
+    """A page of a parent's completed or pending children, as :meth:`Queue.get_dependencies
+    <echomq.Queue.get_dependencies>` reads it (BullMQ's ``{items, jobs, total}``).
+
+    Attributes:
+        items: the full keys of the children on this page (``"<prefix>:<queue>:<id>"``),
+            sorted.
+        values: for ``"processed"``, each child key of the page -> its decoded return value;
+            empty for ``"pending"``.
+        jobs: the children of the page that still exist, as jobs, in ``items`` order (a
+            child removed since, such as by ``remove_on_complete``, has no job).
+        total: how many children the parent has in that part, all pages together.
+    """
+
+    items: list[str]
+    values: dict[str, Any]
+    jobs: list[J]
+    total: int
+
+
+#: What Queue.get_dependencies reads: the page's keys, values, (child queue, id, hash), total.
+RawChildrenPage = tuple[list[str], dict[str, Any], list[tuple[QueueKeys, str, dict[str, str]]], int]
+
+
+def children_page_plan(
+    keys: QueueKeys, parent_id: str, kind: str, start: int, end: int
+) -> Plan[RawChildrenPage]:
+    """A page of a parent's ``"processed"`` (completed, with return values) or ``"pending"``
+    children, sorted by key, ``start`` to ``end`` inclusive (negative counts from the end),
+    with the hashes of the children that still exist: two round trips."""
+    if kind not in ("processed", "pending"):
+        raise ValidationError(f'type must be "processed" or "pending", got {kind!r}')
+    for name, value in (("start", start), ("end", end)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError(f"{name} must be an int, got {value!r}")
+    if not isinstance(parent_id, str) or not parent_id:
+        raise ValidationError(f"parent_id must be a non-empty str, got {parent_id!r}")
+    if kind == "processed":
+        read: tuple[Any, ...] = ("HGETALL", keys.processed(parent_id))
+    else:
+        read = ("SMEMBERS", keys.dependencies(parent_id))
+
+    def plan() -> Plan[RawChildrenPage]:
+        replies = yield CommandOp([read], lambda r: r[0])
+        if kind == "processed":
+            values = _decode_values(replies)
+            all_keys = sorted(values)
+        else:
+            values = {}
+            all_keys = sorted(to_str(k) for k in replies or ())
+        total = len(all_keys)
+        stop = total + end + 1 if end < 0 else end + 1
+        first = total + start if start < 0 else start
+        page = all_keys[max(first, 0) : max(stop, 0)]
+        values = {k: values[k] for k in page} if values else {}
+        children = [(k, split_child_key(k)) for k in page]
+        found = [(k, where) for k, where in children if where is not None]
+        if not found:
+            return page, values, [], total
+        hashes = yield CommandOp([("HGETALL", k) for k, _ in found], lambda r: r)
+        jobs = [(where[0], where[1], _decode_hash(h)) for (_, where), h in zip(found, hashes) if h]
+        return page, values, jobs, total
+
+    return plan()
+
+
 def _decode_hash(raw: Any) -> dict[str, str]:
     if not raw:
         return {}
@@ -146,17 +218,12 @@ def _page(name: str, value: Part) -> DependencyPage | None:
 
 
 def get_dependencies(
-    keys: QueueKeys,
-    job_id: str,
-    *,
-    processed: Part = None,
-    unprocessed: Part = None,
-    failed: Part = None,
-    ignored: Part = None,
+    keys: QueueKeys, job_id: str, parts: tuple[Part, Part, Part, Part]
 ) -> CommandOp[Dependencies]:
     """A job's children: all four parts whole when no part is given, else a page of each part
-    given as True (first page of 20) or as a :class:`DependencyPage`."""
-    given = dict(zip(DEPENDENCY_PARTS, (processed, unprocessed, failed, ignored)))
+    given as True (first page of 20) or as a :class:`DependencyPage`; ``parts`` come in
+    :data:`DEPENDENCY_PARTS` order."""
+    given = dict(zip(DEPENDENCY_PARTS, parts))
     if all(value is None for value in given.values()):
         return CommandOp(
             [
@@ -215,16 +282,10 @@ def get_dependencies(
 
 
 def get_dependency_counts(
-    keys: QueueKeys,
-    job_id: str,
-    *,
-    processed: bool = True,
-    unprocessed: bool = True,
-    failed: bool = True,
-    ignored: bool = True,
+    keys: QueueKeys, job_id: str, asked: tuple[bool, bool, bool, bool]
 ) -> ScriptOp[DependencyCounts]:
-    """How many children a job has in each part asked for, read at one moment."""
-    asked = (processed, unprocessed, failed, ignored)
+    """How many children a job has in each part asked for (``asked`` comes in
+    :data:`DEPENDENCY_PARTS` order), read at one moment."""
     parts = [name for name, on in zip(DEPENDENCY_PARTS, asked) if on]
     if not parts:
         raise ValidationError("get_dependencies_count needs at least one part to count")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._json import dumps
 from ..errors import ValidationError
 from ..options import MAX_PRIORITY, Duration, to_ms
 from ..protocol import fields
@@ -82,11 +83,20 @@ def normalize_types(
     return out
 
 
-def _state_keys(keys: QueueKeys, state: str) -> list[str]:
-    """The Redis keys holding ``state`` (``waiting`` is the ``wait`` list)."""
+def _segments(keys: QueueKeys, state: str) -> list[tuple[str, bool]]:
+    """The structures holding ``state`` in listing order, each as ``(key, is a list)``.
+
+    A state's grouped jobs follow its ungrouped ones (docs/protocol/groups.md#groups-getters):
+    ``waiting`` is ``wait`` then ``groups:waiting``, ``active`` is ``active`` then
+    ``groups:active``, ``delayed`` is ``delayed`` then ``groups:delayed``.
+    """
     if state == "waiting":
-        return [keys.wait]
-    return [keys.state(state)]
+        return [(keys.wait, True), (keys.groups_waiting, False)]
+    if state == "active":
+        return [(keys.active, True), (keys.groups_active, True)]
+    if state == "delayed":
+        return [(keys.delayed, False), (keys.groups_delayed, False)]
+    return [(keys.state(state), state in _LISTS)]
 
 
 def _check_range(start: int, end: int) -> None:
@@ -104,6 +114,73 @@ def _decode_hash(raw: Any) -> dict[str, str] | None:
 # -- reads ---------------------------------------------------------------------------------
 
 
+def _range_command(key: str, is_list: bool, start: int, end: int, asc: bool) -> tuple[Any, ...]:
+    """The read of ``[start, end]`` of one structure (lists ascending: mirrored indexes, read
+    from the tail; the reply is then reversed)."""
+    if is_list and asc:
+        low = 0 if end == -1 else -(end + 1)
+        high = 0 if start == -1 else -(start + 1)
+        return ("LRANGE", key, low, high)
+    if is_list:
+        return ("LRANGE", key, start, end)
+    return ("ZRANGE" if asc else "ZREVRANGE", key, start, end)
+
+
+def _redis_slice(items: list[str], start: int, end: int) -> list[str]:
+    """``items[start..end]`` with the index rules of LRANGE (negative from the end, inclusive)."""
+    n = len(items)
+    low = max(0, n + start) if start < 0 else start
+    high = min(n - 1, n + end if end < 0 else end)
+    return items[low : high + 1] if low <= high else []
+
+
+def _state_range(
+    keys: QueueKeys, state: str, start: int, end: int, asc: bool
+) -> tuple[list[tuple[Any, ...]], Callable[[list[Any]], list[str]]]:
+    """The commands reading ``[start, end]`` of ``state`` and the parser of their replies.
+
+    With two structures (a state and its grouped jobs) the slice runs across both, the
+    ungrouped ones first: a page from ``start >= 0`` reads the first structure's size, its slice
+    and the second one's head up to ``end`` (at most ``end + 1`` ids), and keeps the part of
+    that head the page reaches; other negative indexes read both whole.
+    """
+    segments = _segments(keys, state)
+
+    def ids_of(reply: Any, is_list: bool) -> list[str]:
+        ids = [to_str(i) for i in reply or ()]
+        if is_list and asc:
+            ids.reverse()
+        return ids
+
+    if len(segments) == 1:
+        key, is_list = segments[0]
+        return [_range_command(key, is_list, start, end, asc)], lambda r: ids_of(r[0], is_list)
+    (first, first_list), (second, second_list) = segments
+    if start >= 0 and end >= -1:
+        commands = [
+            ("LLEN" if first_list else "ZCARD", first),
+            _range_command(first, first_list, start, end, asc),
+            _range_command(second, second_list, 0, end, asc),
+        ]
+
+        def parse_page(replies: list[Any]) -> list[str]:
+            n = int(replies[0] or 0)
+            head = ids_of(replies[2], second_list)
+            stop = None if end == -1 else max(0, end - n + 1)
+            return ids_of(replies[1], first_list) + head[max(0, start - n) : stop]
+
+        return commands, parse_page
+
+    def parse_whole(replies: list[Any]) -> list[str]:
+        both = ids_of(replies[0], first_list) + ids_of(replies[1], second_list)
+        return _redis_slice(both, start, end)
+
+    return [
+        _range_command(first, first_list, 0, -1, asc),
+        _range_command(second, second_list, 0, -1, asc),
+    ], parse_whole
+
+
 def get_ranges(
     keys: QueueKeys, states: Sequence[str], start: int = 0, end: int = -1, asc: bool = False
 ) -> CommandOp[list[str]]:
@@ -111,32 +188,30 @@ def get_ranges(
 
     ``asc=False`` lists newest first. Lists keep new jobs at the head, so ascending order reads
     the mirrored indexes from the tail and reverses them; sorted sets use ZRANGE (asc) or
-    ZREVRANGE.
+    ZREVRANGE. ``waiting``, ``active`` and ``delayed`` list their grouped jobs after the
+    ungrouped ones, the slice running across both (docs/protocol/groups.md#groups-getters).
     """
     _check_range(start, end)
     commands: list[tuple[Any, ...]] = []
-    reverse: list[bool] = []
+    parts: list[tuple[int, int, Callable[[list[Any]], list[str]]]] = []
     for state in states:
-        for key in _state_keys(keys, state):
-            if state in _LISTS and asc:
-                low = 0 if end == -1 else -(end + 1)
-                high = 0 if start == -1 else -(start + 1)
-                commands.append(("LRANGE", key, low, high))
-            elif state in _LISTS:
-                commands.append(("LRANGE", key, start, end))
-            else:
-                commands.append(("ZRANGE" if asc else "ZREVRANGE", key, start, end))
-            reverse.append(state in _LISTS and asc)
+        state_commands, parse_state = _state_range(keys, state, start, end, asc)
+        parts.append((len(commands), len(state_commands), parse_state))
+        commands.extend(state_commands)
 
     def parse(replies: list[Any]) -> list[str]:
         seen: dict[str, None] = {}
-        for reply, backwards in zip(replies, reverse):
-            ids = [to_str(i) for i in reply or ()]
-            for job_id in reversed(ids) if backwards else ids:
+        for at, size, parse_state in parts:
+            for job_id in parse_state(replies[at : at + size]):
                 seen.setdefault(job_id, None)
         return list(seen)
 
     return CommandOp(commands, parse)
+
+
+def get_job_hash(keys: QueueKeys, job_id: str) -> CommandOp[dict[str, str] | None]:
+    """HGETALL of a job; None when it does not exist."""
+    return CommandOp([("HGETALL", keys.job(job_id))], lambda replies: _decode_hash(replies[0]))
 
 
 def get_job_hashes(
@@ -152,7 +227,9 @@ def get_job_hashes(
 
 
 def get_counts(keys: QueueKeys, states: Sequence[str]) -> CommandOp[dict[str, int]]:
-    """How many jobs each state holds.
+    """How many jobs each state holds, its grouped jobs included (``waiting`` = ``LLEN wait`` +
+    ``ZCARD groups:waiting``, and so ``active`` and ``delayed``;
+    docs/protocol/groups.md#groups-getters).
 
     A pre-v5 ``0:`` delay marker at the tail of a list is not a job and is not counted, as in
     Node's getCounts.
@@ -160,27 +237,33 @@ def get_counts(keys: QueueKeys, states: Sequence[str]) -> CommandOp[dict[str, in
     if not states:
         raise ValidationError("get_counts needs at least one state")
     commands: list[tuple[Any, ...]] = []
-    spans: list[tuple[str, bool]] = []
+    # per state: for each of its structures, whether it is a list whose tail is checked
+    spans: list[tuple[str, list[bool]]] = []
     for state in states:
-        (key,) = _state_keys(keys, state)
-        is_list = state in _LISTS
-        commands.append(("LLEN" if is_list else "ZCARD", key))
-        if is_list:
-            commands.append(("LINDEX", key, -1))
-        spans.append((state, is_list))
+        checked: list[bool] = []
+        for n, (key, is_list) in enumerate(_segments(keys, state)):
+            commands.append(("LLEN" if is_list else "ZCARD", key))
+            marker_check = is_list and n == 0  # the grouped structures never hold a marker
+            if marker_check:
+                commands.append(("LINDEX", key, -1))
+            checked.append(marker_check)
+        spans.append((state, checked))
 
     def parse(replies: list[Any]) -> dict[str, int]:
         counts: dict[str, int] = {}
         at = 0
-        for state, is_list in spans:
-            n = int(replies[at] or 0)
-            if is_list:
-                tail = replies[at + 1]
-                if tail is not None and to_str(tail).startswith("0:"):
-                    n -= 1
+        for state, checked in spans:
+            total = 0
+            for marker_check in checked:
+                n = int(replies[at] or 0)
+                if marker_check:
+                    tail = replies[at + 1]
+                    if tail is not None and to_str(tail).startswith("0:"):
+                        n -= 1
+                    at += 1
+                total += n
                 at += 1
-            counts[state] = n
-            at += 1
+            counts[state] = total
         return counts
 
     return CommandOp(commands, parse)
@@ -250,6 +333,24 @@ def get_logs(
         return lines, int(replies[1])
 
     return CommandOp([lrange, ("LLEN", key)], parse)
+
+
+def _check_keep_logs(keep_logs: object, meaning: str) -> None:
+    if keep_logs is not None and (
+        isinstance(keep_logs, bool) or not isinstance(keep_logs, int) or keep_logs < 0
+    ):
+        raise ValidationError(
+            f"keep_logs must be None or an int >= 0 ({meaning}), got {keep_logs!r}"
+        )
+
+
+def clear_logs(keys: QueueKeys, job_id: str, keep_logs: int | None = None) -> CommandOp[None]:
+    """Delete a job's log lines, or keep only the newest ``keep_logs`` of them (BullMQ's
+    ``Job.clearLogs``: ``LTRIM`` when ``keep_logs`` is set and above 0, else ``DEL``)."""
+    _check_keep_logs(keep_logs, "None or 0 deletes every line")
+    key = keys.logs(job_id)
+    command: tuple[Any, ...] = ("LTRIM", key, -keep_logs, -1) if keep_logs else ("DEL", key)
+    return CommandOp([command], lambda replies: None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +468,50 @@ def trim_events(keys: QueueKeys, max_len: int) -> CommandOp[int]:
     )
 
 
+def _event_value(name: str, value: object) -> str:
+    """A custom event's field value as the stream stores it: text (numbers and booleans as
+    JavaScript's ``String()`` writes them, as BullMQ's producer sends them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        return str(int(value)) if value.is_integer() else repr(value)
+    raise ValidationError(
+        f"event field {name!r} must be a str, int, finite float or bool, got"
+        f" {type(value).__name__}; encode structured values yourself (json.dumps) and decode"
+        " them where the event is read"
+    )
+
+
+def publish_event(
+    keys: QueueKeys, event_name: str, args: Mapping[str, object], max_events: int
+) -> CommandOp[str]:
+    """XADD a custom event ``{event: event_name, **args}`` to the events stream, trimmed to
+    about ``max_events`` entries (BullMQ's ``QueueEventsProducer.publishEvent``); replies the
+    entry id."""
+    if not isinstance(event_name, str) or not event_name:
+        raise ValidationError(f"event_name must be a non-empty str, got {event_name!r}")
+    if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+        raise ValidationError(f"max_events must be an int >= 1, got {max_events!r}")
+    if not isinstance(args, Mapping):
+        raise ValidationError(f"args must be a mapping of field -> value, got {args!r}")
+    flat: list[str] = ["event", event_name]
+    for field, value in args.items():
+        if not isinstance(field, str) or not field:
+            raise ValidationError(f"event field names must be non-empty str, got {field!r}")
+        if field == "event":
+            raise ValidationError(
+                'event field "event" is reserved for the event name: pass the name as'
+                " event_name and give this field another name"
+            )
+        flat += [field, _event_value(field, value)]
+    command = ("XADD", keys.events, "MAXLEN", "~", max_events, "*", *flat)
+    return CommandOp([command], lambda replies: to_str(replies[0]))
+
+
 def get_state(keys: QueueKeys, job_id: str) -> ScriptOp[str]:
     """The state holding a job: a :class:`~echomq.JobState` value, ``unknown`` if none."""
 
@@ -443,7 +588,7 @@ def _done(command: str, job_id: str, state: str = "") -> Callable[[Any], None]:
 
 def update_data(keys: QueueKeys, job_id: str, data: Any) -> ScriptOp[None]:
     """Replace a job's payload (validated as JSON here)."""
-    data_json = fields.dumps(data, "job data")
+    data_json = dumps(data, "job data")
     return ScriptOp(
         scripts.get("updateData"), [keys.job(job_id)], [data_json], _done("update_data", job_id)
     )
@@ -456,7 +601,7 @@ def update_progress(keys: QueueKeys, job_id: str, progress: Any) -> ScriptOp[Non
         raise ValidationError(
             f"progress must be a number or a mapping (JSON object), got {type(progress).__name__}"
         )
-    progress_json = fields.dumps(progress, "progress")
+    progress_json = dumps(progress, "progress")
     return ScriptOp(
         scripts.get("updateProgress"),
         [keys.job(job_id), keys.events, keys.meta],
@@ -472,6 +617,7 @@ def add_log(keys: QueueKeys, job_id: str, line: str, keep_logs: int | None = Non
     """
     if not isinstance(line, str):
         raise ValidationError(f"a log line must be a str, got {type(line).__name__}")
+    _check_keep_logs(keep_logs, "None or 0 keeps every line")
     keep = str(keep_logs) if keep_logs else ""
     return ScriptOp(
         scripts.get("addLog"),
@@ -489,8 +635,10 @@ def reprocess_job(
     lifo: bool = False,
     reset_attempts_made: bool = False,
     reset_attempts_started: bool = False,
+    now: int | None = None,
 ) -> ScriptOp[None]:
-    """Send a ``completed`` or ``failed`` job back to ``wait`` (or ``prioritized``)."""
+    """Send a ``completed`` or ``failed`` job back to ``wait`` (or ``prioritized``; a grouped
+    job to its group)."""
     if state not in _FINISHED_FIELD:
         raise ValidationError(f"retry state must be 'completed' or 'failed', got {state!r}")
     return ScriptOp(
@@ -513,13 +661,14 @@ def reprocess_job(
             state,
             "1" if reset_attempts_made else "0",
             "1" if reset_attempts_started else "0",
+            now if now is not None else now_ms(),
         ],
         _done("retry", job_id, state),
     )
 
 
-def promote_job(keys: QueueKeys, job_id: str) -> ScriptOp[None]:
-    """Move a delayed job to ``wait`` (or ``prioritized``) now."""
+def promote_job(keys: QueueKeys, job_id: str, now: int | None = None) -> ScriptOp[None]:
+    """Move a delayed job to ``wait`` (or ``prioritized``; a grouped job to its group) now."""
     return ScriptOp(
         scripts.get("promote"),
         [
@@ -533,7 +682,7 @@ def promote_job(keys: QueueKeys, job_id: str) -> ScriptOp[None]:
             keys.events,
             keys.marker,
         ],
-        [job_id],
+        [job_id, now if now is not None else now_ms()],
         _done("promote", job_id, "delayed"),
     )
 

@@ -217,13 +217,21 @@ def get_rate_limit_ttl(keys: QueueKeys, max_jobs: int | None = None) -> CommandO
 
 
 def is_maxed(keys: QueueKeys) -> CommandOp[bool]:
-    """Whether a global concurrency is set and the active jobs have reached it."""
+    """Whether a global concurrency is set and the active jobs, grouped ones included
+    (docs/protocol/groups.md#groups-rules), have reached it."""
 
     def parse(replies: list[Any]) -> bool:
         concurrency = _int_or_none(replies[0])
-        return concurrency is not None and int(replies[1]) >= concurrency
+        return concurrency is not None and int(replies[1]) + int(replies[2]) >= concurrency
 
-    return CommandOp([("HGET", keys.meta, CONCURRENCY), ("LLEN", keys.active)], parse)
+    return CommandOp(
+        [
+            ("HGET", keys.meta, CONCURRENCY),
+            ("LLEN", keys.active),
+            ("LLEN", keys.groups_active),
+        ],
+        parse,
+    )
 
 
 # -- other reads ---------------------------------------------------------------------------

@@ -6,15 +6,15 @@ write), or until the timeout; it replies with the count. So the add and its ``WA
 one connection, with nothing in between that could reconnect it: a ``WAIT`` on a new
 connection has no write to wait for and answers at once with every connected replica, a false
 acknowledgement, and the likeliest moment for a reconnect is a failover, the one ``WAIT`` is
-for. Hence :class:`ReplicatedOp` takes one connection from the client's pool (on a Cluster
-client, from the node that holds the queue's slot; on a Sentinel-managed client, from the
-current master), writes the calls and the ``WAIT`` in one go and reads every reply on it; a
-lost connection fails the call (the add may or may not have run, as for any add) and is never
-retried on another connection. A queue's pipelined Channel is not used: concurrent callers
-share it, and a ``WAIT`` would hold all of them up.
+for. Hence a :class:`ReplicatedOp` is run (``_redis.run``) on one connection taken from the
+client's pool (on a Cluster client, from the node that holds the queue's slot; on a
+Sentinel-managed client, from the current master): the calls and the ``WAIT`` are written in
+one go and every reply is read on it; a lost connection fails the call (the add may or may not
+have run, as for any add) and is never retried on another connection. A queue's pipelined
+Channel is not used: concurrent callers share it, and a ``WAIT`` would hold all of them up.
 
 Bulk calls keep their MULTI/EXEC (``WAIT`` inside a transaction does not wait, so it follows
-the EXEC); their scripts are loaded before, as :class:`~echomq._ops.TransactionOp` does. A
+the EXEC); their scripts are loaded before, as for a :class:`~echomq._ops.TransactionOp`. A
 single call that meets NOSCRIPT loads the script and runs again once. On a cluster, a
 ``MOVED`` reply (nothing was written: the node refused the call) refreshes the slot map and
 runs again once; a lost connection refreshes it for the next call.
@@ -25,23 +25,15 @@ runs again once; a lost connection refreshes it for the next call.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
-import redis.asyncio
-import redis.asyncio.cluster
-import redis.cluster
 from redis import exceptions as rx
 
-from .._redis import pools
-from .._redis.wire import Channel
 from ..errors import InvalidOptionError, ReplicationError
 from ..options import UNSET, Duration, _Unset, check_timeout
-from . import scripts
 from ._base import MappedOp, Op, ScriptOp, TransactionOp
 
 if TYPE_CHECKING:  # the job model imports ops
@@ -114,7 +106,8 @@ class ReplicatedOp(Op[tuple[T, "int | rx.RedisError"]]):
     atomic: bool
     wait: ReplicaWait
 
-    def _commands(self) -> list[tuple[Any, ...]]:
+    def commands(self) -> list[tuple[Any, ...]]:
+        """The calls (in MULTI/EXEC when atomic), then the ``WAIT``."""
         commands: list[tuple[Any, ...]] = [
             ("EVALSHA", c.script.sha, c.script.numkeys, *c.keys, *c.args) for c in self.calls
         ]
@@ -122,12 +115,14 @@ class ReplicatedOp(Op[tuple[T, "int | rx.RedisError"]]):
             commands = [("MULTI",), *commands, ("EXEC",)]
         return [*commands, ("WAIT", self.wait.replicas, self.wait.timeout_ms)]
 
-    def _check(self, client: object) -> None:
+    def check(self, client: object) -> None:
+        """Refuse calls whose keys do not fit ``client`` (``Script.check``)."""
         for call in self.calls:
             call.script.check(call.keys, client)
 
-    def _retry(self, replies: list[Any]) -> type[rx.RedisError] | None:
-        """Why the calls may run again (nothing was written), or None."""
+    def retry_reason(self, replies: list[Any]) -> type[rx.RedisError] | None:
+        """Why the calls may run again (nothing was written: MOVED, or NOSCRIPT on a single
+        call), or None."""
         first = replies[1] if self.atomic else replies[0]
         if isinstance(first, rx.MovedError):
             return rx.MovedError
@@ -135,7 +130,9 @@ class ReplicatedOp(Op[tuple[T, "int | rx.RedisError"]]):
             return rx.NoScriptError
         return None
 
-    def _parse(self, replies: list[Any]) -> tuple[T, int | rx.RedisError]:
+    def read(self, replies: list[Any]) -> tuple[T, int | rx.RedisError]:
+        """The result and the acknowledgement from the replies of :meth:`commands`; a refused
+        call raises."""
         acked = replies[-1]
         if self.atomic:
             for reply in replies[:-2]:  # MULTI, then each call's QUEUED or refusal
@@ -151,38 +148,6 @@ class ReplicatedOp(Op[tuple[T, "int | rx.RedisError"]]):
                 raise reply
         value = self.combine([call.parse(r) for call, r in zip(self.calls, results)])
         return value, acked if isinstance(acked, rx.RedisError) else int(acked)
-
-    async def run(
-        self, client: redis.asyncio.Redis, channel: Channel | None = None
-    ) -> tuple[T, int | rx.RedisError]:
-        self._check(client)
-        if self.atomic:
-            await scripts.ensure_loaded(client, [call.script for call in self.calls])
-        route = self.calls[0].keys[0]
-        replies = await _exchange(client, route, self._commands(), self.wait.timeout)
-        retry = self._retry(replies)
-        if retry is rx.NoScriptError:
-            await client.script_load(self.calls[0].script.text)
-        elif retry is rx.MovedError:
-            await _refresh(client)
-        if retry is not None:
-            replies = await _exchange(client, route, self._commands(), self.wait.timeout)
-        return self._parse(replies)
-
-    def run_sync(self, client: redis.Redis) -> tuple[T, int | rx.RedisError]:
-        self._check(client)
-        if self.atomic:
-            scripts.ensure_loaded_sync(client, [call.script for call in self.calls])
-        route = self.calls[0].keys[0]
-        replies = _exchange_sync(client, route, self._commands(), self.wait.timeout)
-        retry = self._retry(replies)
-        if retry is rx.NoScriptError:
-            client.script_load(self.calls[0].script.text)
-        elif retry is rx.MovedError:
-            _refresh_sync(client)
-        if retry is not None:
-            replies = _exchange_sync(client, route, self._commands(), self.wait.timeout)
-        return self._parse(replies)
 
 
 def replicated(op: Op[T], wait: ReplicaWait) -> ReplicatedOp[T]:
@@ -229,108 +194,3 @@ def check_replicated(
         wait_replicas=wait.replicas,
         acknowledged=acked if isinstance(acked, int) else 0,
     ) from (acked if isinstance(acked, Exception) else None)
-
-
-# -- one connection, held for the calls and their WAIT -------------------------------------
-
-_CLUSTER_LOST = (rx.ConnectionError, rx.TimeoutError, OSError)
-
-
-async def _exchange(
-    client: redis.asyncio.Redis, route: str, commands: list[tuple[Any, ...]], wait: float
-) -> list[Any]:
-    """Send ``commands`` together on one connection and read their replies (error replies
-    as exception objects): on a cluster, a connection to the primary of ``route``'s slot."""
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        await client.initialize()
-        node = client.get_node_from_key(route)
-        if node is None:  # only for a replica lookup; typed Optional by redis-py
-            raise rx.SlotNotCoveredError(f"no node holds the slot of {route!r}")
-        connection = node.acquire_connection()
-        try:
-            return await _talk(connection, commands, wait)
-        except _CLUSTER_LOST:
-            await _refresh(client)
-            raise
-        finally:
-            node.release(connection)
-    pool = client.connection_pool
-    connection = await pools.take(pool)
-    try:
-        return await _talk(connection, commands, wait)
-    finally:
-        await pool.release(connection)
-
-
-async def _talk(connection: Any, commands: list[tuple[Any, ...]], wait: float) -> list[Any]:
-    try:
-        await connection.send_packed_command(connection.pack_commands(commands))
-        replies: list[Any] = []
-        for i in range(len(commands)):
-            # WAIT answers within its own timeout: the socket timeout covers the network.
-            timeout = _read_timeout(connection, wait) if i == len(commands) - 1 else None
-            try:
-                replies.append(await connection.read_response(timeout=timeout))
-            except rx.ResponseError as exc:  # an error reply: the stream is still in step
-                replies.append(exc)
-        return replies
-    except BaseException:
-        await connection.disconnect()  # replies may be left unread: never hand it on
-        raise
-
-
-def _exchange_sync(
-    client: redis.Redis, route: str, commands: list[tuple[Any, ...]], wait: float
-) -> list[Any]:
-    """Sync twin of :func:`_exchange`."""
-    if isinstance(client, redis.cluster.RedisCluster):
-        node = client.get_node_from_key(route)
-        try:
-            return _talk_sync(client.get_redis_connection(node).connection_pool, commands, wait)
-        except _CLUSTER_LOST:
-            _refresh_sync(client)
-            raise
-    return _talk_sync(client.connection_pool, commands, wait)
-
-
-def _talk_sync(pool: Any, commands: list[tuple[Any, ...]], wait: float) -> list[Any]:
-    connection = pools.take_sync(pool)
-    try:
-        connection.send_packed_command(connection.pack_commands(commands))
-        replies: list[Any] = []
-        for i in range(len(commands)):
-            timeout = _read_timeout(connection, wait) if i == len(commands) - 1 else None
-            try:
-                if timeout is None:
-                    replies.append(connection.read_response())
-                else:
-                    replies.append(connection.read_response(timeout=timeout))
-            except rx.ResponseError as exc:
-                replies.append(exc)
-        return replies
-    except BaseException:
-        connection.disconnect()
-        raise
-    finally:
-        pool.release(connection)
-
-
-def _read_timeout(connection: Any, wait: float) -> float | None:
-    """How long to wait for WAIT's reply: ``wait`` on top of the client's socket timeout (None
-    when the client has none: Redis answers within ``wait`` anyway)."""
-    socket_timeout = getattr(connection, "socket_timeout", None)
-    return None if socket_timeout is None else float(socket_timeout) + wait
-
-
-async def _refresh(client: redis.asyncio.Redis) -> None:
-    """Re-read a cluster's slot map (best effort: a failing refresh is retried next time)."""
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        with contextlib.suppress(rx.RedisError, OSError):
-            await client.nodes_manager.initialize()
-
-
-def _refresh_sync(client: redis.Redis) -> None:
-    """Sync twin of :func:`_refresh`."""
-    if isinstance(client, redis.cluster.RedisCluster):
-        with contextlib.suppress(rx.RedisError, OSError):
-            client.nodes_manager.initialize()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _cron
+from .._json import dumps
 from ..options import JobOptions
 from ..protocol import fields
 from ..protocol.keys import QueueKeys
@@ -56,7 +57,7 @@ def upsert_job_scheduler(
     options = defaults.merged(template.options)
     template_opts = template_wire_options(options)
     name = template.name or sid
-    data_json = fields.dumps(template.data, "template data")
+    data_json = dumps(template.data, "template data")
     next_arg = ""
     iteration: dict[str, Any] = {**template_opts}
     iteration["repeat"] = {**spec.repeat_options(), "count": 1}
@@ -74,7 +75,7 @@ def upsert_job_scheduler(
         next_arg = str(next_ms)
         iteration["prevMillis"] = next_ms
         scheduler["offset"] = 0
-    opts_json = fields.dumps(template_opts, "template options") if template_opts else ""
+    opts_json = dumps(template_opts, "template options") if template_opts else ""
 
     def parse(reply: Any) -> Upserted:
         check_code(reply, job_id=sid, command="upsert_job_scheduler")
@@ -85,7 +86,7 @@ def upsert_job_scheduler(
         h = {
             fields.NAME: name,
             fields.DATA: data_json,
-            fields.OPTS: fields.dumps(opts),
+            fields.OPTS: dumps(opts),
             fields.TIMESTAMP: str(now),
             fields.DELAY: str(delay),
             fields.PRIORITY: str(opts.get("priority", 0)),
@@ -99,10 +100,10 @@ def upsert_job_scheduler(
         [
             sid,
             next_arg,
-            fields.dumps(scheduler),
+            dumps(scheduler),
             data_json,
             opts_json,
-            fields.dumps(iteration),
+            dumps(iteration),
             now,
         ],
         parse,

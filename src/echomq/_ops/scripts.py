@@ -5,10 +5,8 @@ script's key count, checked on every call), ``ARGV[i]`` lines, its return value 
 ``--@include "name"`` lines are replaced by ``lua/includes/<name>.lua`` (each include once, in
 first-use order), so the text and therefore the SHA1 are the same in every process.
 
-Calls go out as EVALSHA; a NOSCRIPT reply (a restarted or flushed server) loads the script and
-retries once. Inside a pipeline or MULTI/EXEC a NOSCRIPT would surface only at EXEC, after other
-commands ran, so :func:`ensure_loaded` loads the scripts a pipeline uses before it executes.
-Works with sync and async clients and with any ``decode_responses`` setting.
+A :class:`Script` is called by SHA1 (``_redis.run.call_script``, which loads it on NOSCRIPT)
+or queued on a pipeline (:meth:`Script.queue`, after ``_redis.run.ensure_loaded``).
 """
 
 from __future__ import annotations
@@ -16,46 +14,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import redis
-import redis.asyncio
-import redis.asyncio.cluster
-import redis.cluster
-from redis.exceptions import NoScriptError
-
-from .._redis.wire import Channel, send
+from .._redis.topology import has_hash_tag, is_cluster
 from ..errors import ValidationError
 
 Arg = str | bytes | int | float
-
-_CLUSTERS = (
-    redis.asyncio.cluster.RedisCluster,
-    redis.cluster.RedisCluster,
-    redis.asyncio.cluster.ClusterPipeline,
-    redis.cluster.ClusterPipeline,
-)
-
-_CLUSTER_CLASSES: dict[type, bool] = {}
-
-
-def _is_cluster(kind: type) -> bool:
-    """Whether clients of class ``kind`` talk to Redis Cluster (remembered per class: an
-    ``isinstance`` against the cluster classes goes through ``typing`` and costs µs a call)."""
-    known = _CLUSTER_CLASSES.get(kind)
-    if known is None:
-        known = _CLUSTER_CLASSES[kind] = issubclass(kind, _CLUSTERS)
-    return known
-
-
-def has_hash_tag(key: str) -> bool:
-    """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
-    start = key.find("{")
-    return start >= 0 and key.find("}", start + 1) > start + 1
-
 
 _INCLUDE = re.compile(r'^--@include "([\w-]+)"\s*$', re.MULTILINE)
 _KEY_DECL = re.compile(r"^\s*(?:--)?\s*KEYS\[(\d+)\]", re.MULTILINE)
@@ -78,43 +45,14 @@ class Script:
             raise AssertionError(
                 f"script {self.name} declares {self.numkeys} KEYS, called with {len(keys)}"
             )
-        if keys and _is_cluster(type(client)) and not has_hash_tag(keys[0]):
+        if keys and is_cluster(type(client)) and not has_hash_tag(keys[0]):
             raise ValidationError(
                 f"key {keys[0]!r} has no hash tag, so a queue's keys would land in different "
                 "Redis Cluster slots; use a prefix like '{bull}' or a queue name like '{emails}'"
             )
 
-    async def run(
-        self,
-        client: redis.asyncio.Redis,
-        keys: Sequence[str],
-        args: Sequence[Arg],
-        channel: Channel | None = None,
-    ) -> Any:
-        """EVALSHA on an async client (through ``channel`` when given), loading the script
-        on NOSCRIPT."""
-        self.check(keys, client)
-        command = ("EVALSHA", self.sha, self.numkeys, *keys, *args)
-        try:
-            return await send(client, channel, command)
-        except NoScriptError:
-            if channel is not None:
-                await channel.call(("SCRIPT", "LOAD", self.text))
-            else:  # redis-py's script_load also loads on every node of a Cluster
-                await client.script_load(self.text)
-            return await send(client, channel, command)
-
-    def run_sync(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """EVALSHA on a sync client, loading the script on NOSCRIPT."""
-        self.check(keys, client)
-        try:
-            return client.evalsha(self.sha, self.numkeys, *keys, *args)
-        except NoScriptError:
-            client.script_load(self.text)
-            return client.evalsha(self.sha, self.numkeys, *keys, *args)
-
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
-        """Queue an EVALSHA on a (sync or async) pipeline; call :func:`ensure_loaded` first."""
+        """Queue an EVALSHA on a (sync or async) pipeline (``_redis.run.ensure_loaded`` first)."""
         self.check(keys, pipe)
         # execute_command, not pipe.evalsha: redis-py's cluster pipeline blocks the method name
         pipe.execute_command("EVALSHA", self.sha, self.numkeys, *keys, *args)
@@ -155,28 +93,6 @@ def get(name: str) -> Script:
         raise AssertionError(f"script {name} uses KEYS[{max(used)}], its header declares {numkeys}")
     sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
     return Script(name=name, text=text, sha=sha, numkeys=numkeys)
-
-
-async def ensure_loaded(client: redis.asyncio.Redis, scripts: Iterable[Script]) -> None:
-    """Make sure every script in ``scripts`` is cached on the server (before a MULTI/EXEC)."""
-    unique = list({s.sha: s for s in scripts}.values())
-    if not unique:
-        return
-    present = await client.script_exists(*(s.sha for s in unique))
-    for script, ok in zip(unique, present):
-        if not ok:
-            await client.script_load(script.text)
-
-
-def ensure_loaded_sync(client: redis.Redis, scripts: Iterable[Script]) -> None:
-    """Sync twin of :func:`ensure_loaded`."""
-    unique = list({s.sha: s for s in scripts}.values())
-    if not unique:
-        return
-    present = client.script_exists(*(s.sha for s in unique))
-    for script, ok in zip(unique, present):
-        if not ok:
-            client.script_load(script.text)
 
 
 def all_script_names() -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._json import dumps
 from .._tracebacks import format_failure
 from ..options import backoff_from_wire, keep_jobs_to_wire, retention_from_wire
 from ..protocol import codes, fields
@@ -97,10 +98,15 @@ def finish_item(
     fields: Sequence[str] = (),
     delay_ms: int = 0,
     flag: bool = False,
+    group: str | None = None,
 ) -> list[Any]:
-    """One item of a finishAndFetch call (see the script header for the layout)."""
+    """One item of a finishAndFetch call (see the script header for the layout).
+
+    ``group`` is the job's group as its hash holds it (``Job.group``): the script then looks in
+    ``groups:active`` at once. None (no group, or not known) adds nothing to the item: the
+    script looks in ``active``, and only if the job is not there reads its hash's group."""
     keep = keep or {"count": -1}
-    return [
+    item = [
         kind,
         job_id,
         token,
@@ -113,6 +119,9 @@ def finish_item(
         delay_ms,
         1 if flag else 0,
     ]
+    if group:
+        item.append(group)
+    return item
 
 
 def _parse_reply(reply: Any) -> FinishReply:
@@ -159,7 +168,7 @@ def finish_and_fetch(
         keys.script_keys["finishAndFetch"],
         [
             now,
-            fields.dumps(items, "finish items") if items else "[]",
+            dumps(items, "finish items") if items else "[]",
             fetch,
             params.token_prefix,
             token_start,
@@ -242,7 +251,7 @@ def continue_scheduler(
         [
             scheduler_id,
             producer_id,
-            fields.dumps(next_opts, "job options"),
+            dumps(next_opts, "job options"),
             now,
             "" if cron_next is None else cron_next,
         ],
@@ -289,7 +298,7 @@ def failure_update(
         traces = [*stacktrace, format_failure(error)][-limit:] if limit else []
     else:
         traces = [*stacktrace, format_failure(error)]
-    update = [fields.FAILED_REASON, reason, fields.STACKTRACE, fields.dumps(traces)]
+    update = [fields.FAILED_REASON, reason, fields.STACKTRACE, dumps(traces)]
     return reason, traces, update
 
 

@@ -29,7 +29,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, NoReturn, cast
+from typing import Any, ClassVar, NoReturn
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -378,6 +378,11 @@ _FAIL_FAST: dict[type, type] = {
 }
 
 
+def fail_fast_class(connection_class: type) -> type:
+    """The fail-fast class mixed over redis-py's ``connection_class`` (itself when unknown)."""
+    return _FAIL_FAST.get(connection_class, connection_class)
+
+
 def connect_budget(connect_timeout: Duration) -> float:
     """``connect_timeout`` in seconds, refused unless positive and finite."""
     if type(connect_timeout) is float and 0.0 < connect_timeout < math.inf:
@@ -388,7 +393,9 @@ def connect_budget(connect_timeout: Duration) -> float:
     return seconds
 
 
-def _fail_fast_options(url: str, budget: float, options: dict[str, Any], retry: object) -> None:
+def fail_fast_options(url: str, budget: float, options: dict[str, Any], retry: object) -> None:
+    """Set ``options`` (for redis-py's ``ConnectionPool.from_url``) so its connections fail
+    fast: ``budget`` and ``url`` for the connection class, and ``retry`` (none) unless set."""
     if "connection_class" in options:
         raise ValidationError(
             "connection_class cannot be combined with connect_timeout; build the client "
@@ -397,54 +404,6 @@ def _fail_fast_options(url: str, budget: float, options: dict[str, Any], retry: 
     options.setdefault("retry", retry)  # a retry would spend the budget again, unseen
     options["echomq_connect_timeout"] = budget
     options["echomq_url"] = redact_url(url)
-
-
-def async_client_from_url(
-    url: str, connect_timeout: Duration | None, **options: Any
-) -> redis.asyncio.Redis:
-    """An async client for ``url``; with ``connect_timeout``, one whose connections fail fast.
-
-    Args:
-        url: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a Sentinel or Cluster URL
-            (``topology``).
-        connect_timeout: seconds (or timedelta) for TCP plus handshake (for Sentinel and
-            Cluster: for each TCP connect), or None for redis-py's own defaults.
-        **options: more keyword arguments for redis-py's ``from_url``.
-    """
-    check_url(url)
-    if topology.is_topology_url(url):
-        budget = None if connect_timeout is None else connect_budget(connect_timeout)
-        made = topology.async_client(topology.parse(url), budget, options)
-        return cast(redis.asyncio.Redis, made)  # a RedisCluster is accepted wherever this is
-    if connect_timeout is None:
-        return redis.asyncio.Redis.from_url(url, **options)
-    retry = redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)
-    _fail_fast_options(url, connect_budget(connect_timeout), options, retry)
-    single = options.pop("single_connection_client", False)
-    pool = redis.asyncio.ConnectionPool.from_url(url, **options)
-    pool.connection_class = _FAIL_FAST.get(pool.connection_class, pool.connection_class)
-    client = redis.asyncio.Redis(connection_pool=pool, single_connection_client=single)
-    client.auto_close_connection_pool = True  # closed with the client, as from_url does
-    return client
-
-
-def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: Any) -> redis.Redis:
-    """The sync twin of :func:`async_client_from_url`."""
-    check_url(url)
-    if topology.is_topology_url(url):
-        budget = None if connect_timeout is None else connect_budget(connect_timeout)
-        made = topology.sync_client(topology.parse(url), budget, options)
-        return cast(redis.Redis, made)  # a RedisCluster is accepted wherever this is
-    if connect_timeout is None:
-        return redis.Redis.from_url(url, **options)
-    retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
-    _fail_fast_options(url, connect_budget(connect_timeout), options, retry)
-    single = options.pop("single_connection_client", False)
-    pool = redis.ConnectionPool.from_url(url, **options)
-    pool.connection_class = _FAIL_FAST.get(pool.connection_class, pool.connection_class)
-    client = redis.Redis(connection_pool=pool, single_connection_client=single)
-    client.auto_close_connection_pool = True
-    return client
 
 
 #: What a producer call may report as :class:`RedisUnavailableError` (see

@@ -30,8 +30,9 @@ LOST: dict[str, str] = {
         "getWorkers) cannot see them; jobs and events are not affected"
     ),
     "CLIENT LIST": (
-        "get_workers() cannot list the queue's workers (it raises) and the dashboard shows "
-        "their number as unknown; jobs are not affected"
+        "get_workers() lists only the echomq workers of the worker registry, not BullMQ's "
+        "workers for Node (nor echomq workers that keep no registry entry); jobs are not "
+        "affected"
     ),
     "CONFIG GET": (
         "the maxmemory-policy check did not run: make sure the server's maxmemory-policy is "

@@ -1,38 +1,16 @@
-"""Checks of the Redis server a process uses: its eviction policy, and its clock against ours.
-
-Two settings outside echomq silently break a queue whose whole state lives in Redis:
-
-- a ``maxmemory-policy`` other than ``noeviction`` lets Redis delete job hashes, locks and
-  queue keys once it reaches ``maxmemory``, so jobs are lost;
-- a client clock far from the server's shifts delays and job timestamps, which are computed
-  from client clocks, against locks and the stalled check, which expire on the server's.
-
-Both are reported as WARNING records of the ``echomq.server`` logger, never raised, and a
-producer's call never fails because of a check. A check whose command the server refuses for
-good (``CONFIG`` or ``TIME`` renamed away, or denied to the ACL user, as on managed Redis) says
-so once per process and server at INFO, naming the command (``restricted``); a check cut short
-otherwise (the server gone meanwhile) says nothing above DEBUG.
+"""Reading the server for the checks of ``server_reports``: its clock and its eviction policy.
 
 When: producers (a ``Queue``, ``echomq.add`` / ``add_bulk`` and their sync twins) after their
-first call that succeeds; workers at start, and the clock again with every stalled check
-(:class:`ServerWatch`). State is per process and per server address (``host:port`` or the
-socket path), so the policy is reported once per process per server, a producer checks a server
-only if nothing in the process has checked it yet, and a skew is reported again only when it
-changes by more than a second or after an hour. Deciding that a server is already checked is one
-dict lookup; the checks themselves are two commands (``TIME``, ``CONFIG GET``).
-
-The clock is read with ``TIME``; the skew is the server's time minus the middle of the round
-trip on the client clock, and a reading whose round trip took more than a second is dropped as
-too imprecise.
+first call that succeeds (:func:`check_on_first_use`); workers at start, and the clock again
+with every stalled check (:class:`ServerWatch`). Written once, for asyncio;
+``_redis/server_checks_sync.py`` is its generated blocking twin (``scripts/unasync.py``).
+A check never raises into the caller's call.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -40,198 +18,26 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from . import restricted
-from .connection import AsyncConn, SyncConn
-from .wire import Channel, send
+from . import variants
+from .connection import AsyncConn
+from .server_reports import (
+    Clock,
+    ClockReading,
+    claim,
+    claim_policy,
+    could_not_run,
+    is_checked,
+    parse_policy,
+    parse_time,
+    report_clock,
+    report_policy,
+)
+from .wire import Channel
 
 logger = logging.getLogger("echomq.server")
 
-#: Clock skew (seconds) beyond which a warning is logged.
-SKEW_TOLERANCE = 1.0
-#: A reading is dropped when half its round trip, the error on the skew, exceeds this.
-MAX_UNCERTAINTY = 0.5
-#: An unchanged skew is reported again after this many seconds...
-REWARN_AFTER = 3600.0
-#: ...and a skew that moved by more than this many seconds at once.
-REWARN_CHANGE = 1.0
-
 _TIME = ("TIME",)
 _POLICY = ("CONFIG", "GET", "maxmemory-policy")
-
-
-Clock = Callable[[], float]
-
-
-@dataclass(frozen=True, slots=True)
-class ClockReading:
-    """One comparison of the client clock with the server's.
-
-    Attributes:
-        skew: server time minus client time, in seconds (negative: the client is ahead).
-        uncertainty: half the round trip, the most the skew can be off by.
-    """
-
-    skew: float
-    uncertainty: float
-
-    @classmethod
-    def of(cls, sent: float, server: float, received: float) -> ClockReading:
-        """The reading of a ``TIME`` sent at ``sent`` and answered at ``received`` (client
-        clock, epoch seconds) with ``server`` (server clock, epoch seconds)."""
-        return cls(server - (sent + received) / 2, (received - sent) / 2)
-
-
-def parse_time(reply: Any) -> float:
-    """A ``TIME`` reply (raw ``[seconds, microseconds]``, or redis-py's parsed tuple) as epoch
-    seconds."""
-    if isinstance(reply, Mapping):  # a Cluster client answering for several nodes
-        reply = next(iter(reply.values()))
-    seconds, micros = reply[0], reply[1]
-    return int(seconds) + int(micros) / 1_000_000
-
-
-def parse_policy(reply: Any) -> str | None:
-    """The ``maxmemory-policy`` in a ``CONFIG GET`` reply (raw pairs, or redis-py's dict; a
-    Cluster client's dict of them per node, where any evicting node counts), else None."""
-    if isinstance(reply, Sequence) and not isinstance(reply, (str, bytes)):
-        it = iter(reply)
-        reply = dict(zip(it, it))
-    if not isinstance(reply, Mapping) or not reply:
-        return None
-    for key, value in reply.items():
-        if isinstance(value, Mapping):  # per node
-            found = [parse_policy(v) for v in reply.values()]
-            evicting = sorted(p for p in found if p is not None and p != "noeviction")
-            return evicting[0] if evicting else parse_policy(value)
-        name = key.decode() if isinstance(key, bytes) else str(key)
-        if name == "maxmemory-policy":
-            return value.decode() if isinstance(value, bytes) else str(value)
-    return None
-
-
-# -- per-process, per-server state -------------------------------------------------------------
-
-
-class _Server:
-    """What this process knows about one server: whether its policy was checked, and the last
-    skew it reported."""
-
-    __slots__ = ("policy_checked", "warned_at", "warned_skew")
-
-    def __init__(self) -> None:
-        self.policy_checked = False
-        self.warned_skew: float | None = None
-        self.warned_at = 0.0
-
-
-_servers: dict[str, _Server] = {}
-_lock = threading.Lock()  # the sync API may check from several threads at once
-
-
-def is_checked(address: str) -> bool:
-    """Whether something in this process has already checked the server at ``address``."""
-    return address in _servers
-
-
-def _claim(address: str) -> bool:
-    """Register ``address``; True for the first caller only, which runs the producer checks."""
-    with _lock:
-        if address in _servers:
-            return False
-        _servers[address] = _Server()
-        return True
-
-
-def _claim_policy(address: str) -> bool:
-    """True once per address: the caller checks the eviction policy."""
-    with _lock:
-        server = _servers.setdefault(address, _Server())
-        if server.policy_checked:
-            return False
-        server.policy_checked = True
-        return True
-
-
-def _forget_all() -> None:
-    """Forget every server, and the refusals reported (for tests of the once-per-process
-    behaviour)."""
-    with _lock:
-        _servers.clear()
-    restricted.forget()
-
-
-# -- reporting ---------------------------------------------------------------------------------
-
-
-def report_policy(address: str, policy: str | None) -> None:
-    """Warn unless ``policy`` is ``noeviction`` or unknown (None: it could not be read)."""
-    if policy is None:
-        logger.debug("could not read maxmemory-policy of Redis at %s; not checked", address)
-        return
-    if policy == "noeviction":
-        return
-    logger.warning(
-        "Redis at %s has maxmemory-policy %s: once it reaches maxmemory it may evict job "
-        "hashes and queue keys (wait lists, locks, markers), and jobs can be lost; set "
-        "maxmemory-policy noeviction (in redis.conf, or CONFIG SET maxmemory-policy noeviction)",
-        address,
-        policy,
-        extra={"redis": address, "maxmemory_policy": policy},
-    )
-
-
-def report_clock(address: str, reading: ClockReading, at: float) -> None:
-    """Warn about a skew beyond :data:`SKEW_TOLERANCE`, unless the same skew was reported
-    less than :data:`REWARN_AFTER` ago; say so when a reported skew is gone.
-
-    Args:
-        address: the server.
-        reading: the clock reading.
-        at: when the reading was taken, on a monotonic clock (to space repeated warnings
-            even if the wall clock is stepped).
-    """
-    if reading.uncertainty > MAX_UNCERTAINTY:
-        logger.debug(
-            "clock of Redis at %s not compared: the round trip took %.3f s",
-            address,
-            2 * reading.uncertainty,
-        )
-        return
-    with _lock:
-        server = _servers.setdefault(address, _Server())
-        skew, last = reading.skew, server.warned_skew
-        if abs(skew) <= SKEW_TOLERANCE:
-            server.warned_skew = None
-            back = last is not None
-        else:
-            back = False
-            repeat = last is not None and abs(skew - last) <= REWARN_CHANGE
-            if repeat and at - server.warned_at < REWARN_AFTER:
-                return
-            server.warned_skew, server.warned_at = skew, at
-    if back:
-        logger.info(
-            "clock of this host is back within %g s of Redis at %s (skew %+.3f s)",
-            SKEW_TOLERANCE,
-            address,
-            -skew,
-            extra={"redis": address, "clock_skew": -skew},
-        )
-        return
-    if abs(skew) <= SKEW_TOLERANCE:
-        return
-    logger.warning(
-        "clock of this host is %.1f s %s the clock of Redis at %s: job delays and timestamps "
-        "are computed from client clocks while locks expire on the server's, so delayed jobs "
-        "run early or late; keep every host's clock synchronised (NTP)",
-        abs(skew),
-        "behind" if skew > 0 else "ahead of",
-        address,
-        extra={"redis": address, "clock_skew": -skew},
-    )
-
-
-# -- reading the server --------------------------------------------------------------------
 
 
 # Commands without a key: a Cluster client must be told which nodes to ask (the clock of
@@ -244,18 +50,11 @@ async def _ask(
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
         target = client.PRIMARIES if every else client.get_default_node()
         return await client.execute_command(*command, target_nodes=target)
-    return await send(client, channel, command)
-
-
-def _ask_sync(client: redis.Redis, command: tuple[str, ...], every: bool) -> Any:
-    if isinstance(client, redis.cluster.RedisCluster):
-        target = client.PRIMARIES if every else client.get_default_node()
-        return client.execute_command(*command, target_nodes=target)
-    return client.execute_command(*command)  # type: ignore[no-untyped-call]
+    return await variants.call(client, channel, command)
 
 
 async def read_clock(
-    client: redis.asyncio.Redis, channel: Channel | None, now: Clock = time.time
+    client: redis.asyncio.Redis, channel: Channel | None = None, now: Clock = time.time
 ) -> ClockReading:
     """Compare ``now`` with the server's ``TIME`` (one round trip)."""
     sent = now()
@@ -263,41 +62,17 @@ async def read_clock(
     return ClockReading.of(sent, parse_time(reply), now())
 
 
-def read_clock_sync(client: redis.Redis, now: Clock = time.time) -> ClockReading:
-    """The sync twin of :func:`read_clock`."""
-    sent = now()
-    reply = _ask_sync(client, _TIME, every=False)
-    return ClockReading.of(sent, parse_time(reply), now())
-
-
 async def read_policy(
-    client: redis.asyncio.Redis, channel: Channel | None, address: str | None = None
+    client: redis.asyncio.Redis, channel: Channel | None = None, address: str | None = None
 ) -> str | None:
     """The server's ``maxmemory-policy``, or None when CONFIG is refused or renamed (said once
     at INFO when ``address`` is given)."""
     try:
         reply = await _ask(client, channel, _POLICY, every=True)
     except redis.exceptions.ResponseError as exc:  # unknown command, NOPERM: managed Redis
-        _could_not_run("CONFIG GET", address, exc)
+        could_not_run("CONFIG GET", address, exc)
         return None
     return parse_policy(reply)
-
-
-def read_policy_sync(client: redis.Redis, address: str | None = None) -> str | None:
-    """The sync twin of :func:`read_policy`."""
-    try:
-        reply = _ask_sync(client, _POLICY, every=True)
-    except redis.exceptions.ResponseError as exc:
-        _could_not_run("CONFIG GET", address, exc)
-        return None
-    return parse_policy(reply)
-
-
-def _could_not_run(command: str, address: str | None, exc: Exception) -> None:
-    """Say once at INFO that the server refused a check's command (any error reply counts:
-    the check could not run); nothing without an address."""
-    if address is not None:
-        restricted.report(command, address, exc, any_error_reply=True)
 
 
 async def _clock(conn: AsyncConn, address: str, now: Clock) -> None:
@@ -305,64 +80,33 @@ async def _clock(conn: AsyncConn, address: str, now: Clock) -> None:
     try:
         reading = await read_clock(conn.client, conn.channel, now)
     except redis.exceptions.ResponseError as exc:
-        _could_not_run("TIME", address, exc)
+        could_not_run("TIME", address, exc)
         return
     report_clock(address, reading, time.monotonic())
-
-
-def _clock_sync(conn: SyncConn, address: str, now: Clock) -> None:
-    """The sync twin of :func:`_clock`."""
-    try:
-        reading = read_clock_sync(conn.client, now)
-    except redis.exceptions.ResponseError as exc:
-        _could_not_run("TIME", address, exc)
-        return
-    report_clock(address, reading, time.monotonic())
-
-
-# -- when to check ---------------------------------------------------------------------------
 
 
 async def check_producer(conn: AsyncConn, now: Clock = time.time) -> None:
     """A producer's checks of its server, if nothing in this process ran them yet (the
     ``first_use`` hook of a producer's :class:`AsyncConn`); never raises."""
     address = conn.server
-    if not _claim(address):
+    if not claim(address):
         return
     try:
         await _clock(conn, address, now)
-        if _claim_policy(address):
+        if claim_policy(address):
             report_policy(address, await read_policy(conn.client, conn.channel, address))
     except Exception as exc:  # a diagnostic must never fail the caller's call
-        logger.debug("checks of Redis at %s skipped (%s: %s)", address, type(exc).__name__, exc)
-
-
-def check_producer_sync(conn: SyncConn, now: Clock = time.time) -> None:
-    """The sync twin of :func:`check_producer`."""
-    address = conn.server
-    if not _claim(address):
-        return
-    try:
-        _clock_sync(conn, address, now)
-        if _claim_policy(address):
-            report_policy(address, read_policy_sync(conn.client, address))
-    except Exception as exc:  # as above
         logger.debug("checks of Redis at %s skipped (%s: %s)", address, type(exc).__name__, exc)
 
 
 def check_on_first_use(conn: AsyncConn) -> None:
     """Have a producer's ``conn`` check its server after its first call that succeeds, unless
     something in this process has checked that server already (then this is one lookup)."""
-    if conn.server not in _servers:
+    if not is_checked(conn.server):
         conn.first_use = check_producer
 
 
-def check_on_first_use_sync(conn: SyncConn) -> None:
-    """The sync twin of :func:`check_on_first_use`."""
-    if conn.server not in _servers:
-        conn.first_use = check_producer_sync
-
-
+# unasync: async-only
 class ServerWatch:
     """A worker's checks: the eviction policy and the clock at the first :meth:`check`, the
     clock again at every later one (the worker calls it with each stalled check).
@@ -383,9 +127,12 @@ class ServerWatch:
         try:
             if self._address is None:
                 self._address = conn.server
-                if _claim_policy(self._address):
+                if claim_policy(self._address):
                     policy = await read_policy(conn.client, conn.channel, self._address)
                     report_policy(self._address, policy)
             await _clock(conn, self._address, self._now)
         except Exception as exc:  # never stop the worker's stalled check
             logger.debug("server checks skipped (%s: %s)", type(exc).__name__, exc)
+
+
+# unasync: end

@@ -2,7 +2,7 @@
 
 Every entry point that takes a URL (``connection=`` of the API, ``client_from_url``, the
 CLI's ``--url`` and ``ECHOMQ_REDIS_URL``, the dashboard, the Django backend) reaches them
-through :func:`async_client` / :func:`sync_client`::
+through ``_redis.connection.client_from_url`` (and its sync twin)::
 
     redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db][?options]
     rediss+sentinel://...      the same, TLS to the data nodes
@@ -19,9 +19,9 @@ Sentinel, a master or a cluster node).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode
 
 import redis
@@ -32,6 +32,9 @@ import redis.cluster
 import redis.sentinel
 
 from ..errors import ValidationError
+
+if TYPE_CHECKING:
+    from ..protocol.keys import QueueKeys
 
 #: Schemes of the topologies beyond one node, and what each means.
 SCHEMES: dict[str, tuple[Literal["sentinel", "cluster"], bool]] = {
@@ -159,7 +162,9 @@ def redact(url: str) -> str:
     return text
 
 
-def _node_kwargs(t: Topology, budget: float | None, options: dict[str, Any]) -> dict[str, Any]:
+def node_kwargs(t: Topology, budget: float | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of a data node's connections: ``options`` with the URL's credentials
+    and ``budget`` (a connect timeout) where ``options`` does not set them."""
     kwargs: dict[str, Any] = dict(options)
     if t.username is not None:
         kwargs.setdefault("username", t.username)
@@ -170,7 +175,8 @@ def _node_kwargs(t: Topology, budget: float | None, options: dict[str, Any]) -> 
     return kwargs
 
 
-def _sentinel_kwargs(t: Topology, budget: float | None) -> dict[str, Any]:
+def sentinel_kwargs(t: Topology, budget: float | None) -> dict[str, Any]:
+    """Keyword arguments of the connections to the Sentinels themselves."""
     kwargs: dict[str, Any] = {}
     if t.sentinel_username is not None:
         kwargs["username"] = t.sentinel_username
@@ -180,47 +186,6 @@ def _sentinel_kwargs(t: Topology, budget: float | None) -> dict[str, Any]:
         kwargs["socket_connect_timeout"] = budget
         kwargs["socket_timeout"] = budget  # a Sentinel answers at once, or is not there
     return kwargs
-
-
-def async_client(
-    t: Topology, budget: float | None, options: dict[str, Any]
-) -> redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster:
-    """An async client for ``t``: a Sentinel-managed ``Redis``, or a ``RedisCluster``."""
-    kwargs = _node_kwargs(t, budget, options)
-    if t.kind == "sentinel":
-        assert t.service is not None
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, budget)
-        )
-        if t.tls:
-            kwargs["ssl"] = True
-        master: redis.asyncio.Redis = sentinel.master_for(t.service, db=t.db, **kwargs)
-        return master
-    nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in t.nodes]
-    return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, ssl=t.tls, **kwargs)
-
-
-def sync_client(
-    t: Topology, budget: float | None, options: dict[str, Any]
-) -> redis.Redis | redis.cluster.RedisCluster:
-    """The sync twin of :func:`async_client`."""
-    kwargs = _node_kwargs(t, budget, options)
-    if t.kind == "sentinel":
-        assert t.service is not None
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
-            list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, budget)
-        )
-        if t.tls:
-            kwargs["ssl"] = True
-        master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            t.service, db=t.db, **kwargs
-        )
-        return master
-    nodes = [
-        redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-        for host, port in t.nodes
-    ]
-    return redis.cluster.RedisCluster(startup_nodes=nodes, ssl=t.tls, **kwargs)
 
 
 async def aclose(client: Any) -> None:
@@ -244,3 +209,68 @@ def close(client: Any) -> None:
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         sentinel.close()
+
+
+# -- Redis Cluster: a queue's keys in one slot ------------------------------------------------
+
+_CLUSTERS = (
+    redis.asyncio.cluster.RedisCluster,
+    redis.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterPipeline,
+    redis.cluster.ClusterPipeline,
+)
+_CLUSTER_CLASSES: dict[type, bool] = {}
+
+
+def is_cluster(kind: type) -> bool:
+    """Whether clients (or pipelines) of class ``kind`` talk to Redis Cluster (remembered per
+    class: an ``isinstance`` against the cluster classes goes through ``typing``, µs a call)."""
+    known = _CLUSTER_CLASSES.get(kind)
+    if known is None:
+        known = _CLUSTER_CLASSES[kind] = issubclass(kind, _CLUSTERS)
+    return known
+
+
+def hash_tag(key: str) -> str | None:
+    """The hash tag Redis Cluster hashes ``key`` by: the first non-empty ``{...}``."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def has_hash_tag(key: str) -> bool:
+    """Whether ``key`` carries a Redis Cluster hash tag (a non-empty ``{...}``)."""
+    return hash_tag(key) is not None
+
+
+def check_cluster_keys(client: object, keys: QueueKeys) -> None:
+    """On Redis Cluster, refuse a queue whose keys would spread over several slots."""
+    if is_cluster(type(client)) and not has_hash_tag(keys.base):
+        raise ValidationError(
+            f"queue {keys.name!r} with prefix {keys.prefix!r} has no hash tag, so its keys "
+            "would land in different Redis Cluster slots; use a prefix like '{bull}' or a "
+            "queue name like '{" + keys.name + "}'"
+        )
+
+
+def check_cluster_flow(client: object, queues: Sequence[QueueKeys]) -> None:
+    """On Redis Cluster, refuse a flow whose queues do not all share one hash tag (its
+    scripts touch keys of every queue of the flow)."""
+    if not is_cluster(type(client)):
+        return
+    first = queues[0]
+    tag = hash_tag(first.base)
+    if tag is None:
+        raise ValidationError(
+            f"queue {first.name!r} (prefix {first.prefix!r}) has no hash tag; on Redis Cluster "
+            "every queue of a flow must carry the same one, e.g. prefix '{flows}'"
+        )
+    for keys in queues:
+        if hash_tag(keys.base) != tag:
+            raise ValidationError(
+                f"queue {keys.name!r} (prefix {keys.prefix!r}) does not share the hash tag "
+                f"{{{tag}}} of queue {first.name!r}; on Redis Cluster every queue of a flow "
+                "must carry the same hash tag, e.g. prefix '{flows}' for all of them"
+            )

@@ -8,8 +8,9 @@ embedded server; see :mod:`echomq.cli._connect`).
 Modules: one per subcommand, ``_worker``, ``_queue`` (with ``_flow`` for its flow output and
 ``_limits`` for its ``limits`` action), ``_queues``, ``_metrics``, ``_dashboard``, ``_add``,
 ``_scheduler``, ``_demo`` and ``_server``; and the shared parts, ``_connect`` (which Redis, the
-connection options), ``_errors`` (``CliError`` and the exit codes), ``_format`` (tables, times,
-JSON for output), ``_logs`` (logging setup) and ``__main__`` (``python -m echomq.cli``).
+connection options), ``_actions`` (the ``NAME ACTION`` commands, ``queue`` and ``scheduler``),
+``_errors`` (``CliError`` and the exit codes), ``_format`` (tables, times, JSON for output),
+``_logs`` (logging setup) and ``__main__`` (``python -m echomq.cli``).
 
 Exit codes: 0 success; 1 an operation failed (Redis unreachable, job not found, refused);
 2 a usage or setup problem (bad arguments, processor that cannot be loaded, no Redis server to

@@ -47,6 +47,9 @@ def add_parser(
     parser.add_argument("--attempts", type=int, metavar="N", help="attempts before it fails")
     parser.add_argument("--job-id", metavar="ID", help="a custom job id")
     parser.add_argument(
+        "--group", metavar="ID", help="the job's group, e.g. a tenant id (docs/groups.md)"
+    )
+    parser.add_argument(
         "--wait-replicas",
         type=int,
         default=0,
@@ -82,7 +85,7 @@ def parse_data(text: str) -> Any:
 def job_options(args: argparse.Namespace) -> dict[str, Any]:
     """The job options that were given, as keyword arguments of ``echomq.add``."""
     options: dict[str, Any] = {}
-    for name in ("delay", "priority", "attempts", "job_id"):
+    for name in ("delay", "priority", "attempts", "job_id", "group"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import redis
 import redis.exceptions
 
+from .._keys import queue_keys, validate_queue_name
 from .._redis.fail_fast import redact_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
 from ..errors import EmbeddedRedisError, InvalidQueueNameError
-from ..protocol.keys import DEFAULT_PREFIX, queue_keys, validate_queue_name
+from ..protocol.keys import DEFAULT_PREFIX
 from ._errors import EXIT_USAGE, CliError
 
 URL_ENV = "ECHOMQ_REDIS_URL"

@@ -4,9 +4,12 @@ It binds 127.0.0.1:8765 unless told otherwise. ``--auth user:password`` and ``--
 (or, kept out of the process list, the environment variables ``ECHOMQ_DASHBOARD_AUTH`` and
 ``ECHOMQ_DASHBOARD_TOKEN``) require authentication; ``--read-only`` hides and refuses every
 action. Binding anywhere but loopback without authentication prints a warning.
+``--metrics-groups N`` sets how many of each queue's busiest groups ``/metrics`` exports
+(default 20; 0: no group series).
 
 Signals: SIGTERM or SIGINT stops the server (uvicorn's handlers); exit code 0. A port that
-cannot be bound, a bad ``--auth``, ``--token``, ``--queue`` or ``--prefix`` exits 2, checked
+cannot be bound, a bad ``--auth``, ``--token``, ``--queue``, ``--metrics-groups`` or
+``--prefix`` exits 2, checked
 (and the port bound) before the URL is resolved, so no embedded server is started for nothing.
 Needs ``pip install 'echomq[dashboard]'``.
 """
@@ -20,9 +23,11 @@ import signal
 import socket
 import sys
 
+from .._ops.prometheus import DEFAULT_GROUP_LIMIT
 from ..errors import InvalidQueueNameError
 from ._connect import check_names, listen_options, resolve
 from ._errors import EXIT_OK, EXIT_USAGE, CliError
+from ._metrics import nonnegative_int
 
 DEFAULT_PORT = 8765
 AUTH_ENV = "ECHOMQ_DASHBOARD_AUTH"
@@ -63,6 +68,14 @@ def add_parser(
         default=os.environ.get(TOKEN_ENV),
         help=f"require a bearer token, or ?token= once in a browser (or set {TOKEN_ENV})",
     )
+    parser.add_argument(
+        "--metrics-groups",
+        type=nonnegative_int,
+        default=DEFAULT_GROUP_LIMIT,
+        metavar="N",
+        help="/metrics exports the jobs of each queue's N groups with the most waiting jobs "
+        f"(default {DEFAULT_GROUP_LIMIT}; 0: no group series)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -87,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             auth=args.auth,
             token=args.token,
             queues=args.queues,
+            metrics_groups=args.metrics_groups,
         )
     except ValueError as exc:
         sock.close()

@@ -4,7 +4,8 @@ It needs nothing configured: without ``--url`` or ``$ECHOMQ_REDIS_URL`` it uses 
 server. The demo queue is obliterated first (with force), so every run starts empty, and it is
 left in place afterwards so ``echomq queue NAME ...`` can inspect it. ``--fresh`` also compacts
 the embedded server's AOF (``BGREWRITEAOF``) once the old demo jobs are gone, so repeated demos
-do not grow its files. Every 50th job fails its first attempt on purpose (it has
+do not grow its files. Its worker records per-minute metrics (``--no-metrics``: not), so the
+dashboard's chart shows the run. Every 50th job fails its first attempt on purpose (it has
 ``attempts=2``) to show a retry. The progress bar is redrawn only on a terminal; otherwise one
 line says how many jobs were done.
 """
@@ -28,6 +29,7 @@ from ._connect import Target, check_names, resolve
 from ._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._format import table
 from ._logs import configure_logging
+from ._worker import add_metrics_flags, metrics_data_points
 
 DEFAULT_QUEUE = "echomq-demo"
 FLAKY_EVERY = 50
@@ -65,6 +67,7 @@ def add_parser(
         metavar="MS",
         help="simulated I/O wait per job in milliseconds (default 0)",
     )
+    add_metrics_flags(parser)
     parser.add_argument(
         "--fresh",
         action="store_true",
@@ -90,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--concurrency must be at least 1", EXIT_USAGE)
     if args.job_ms < 0:
         raise CliError("--job-ms must not be negative", EXIT_USAGE)
+    metrics_data_points(args)  # refused before anything runs
     check_names([args.queue], args.prefix)
     configure_logging("WARNING")  # one INFO line per job would drown the progress bar
     target = resolve(args.url, args.durability)
@@ -170,6 +174,7 @@ async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Repor
             prefix=args.prefix,
             concurrency=args.concurrency,
             drain_delay=1.0,
+            metrics_max_data_points=metrics_data_points(args),
         )
         started = time.monotonic()
         task = asyncio.create_task(worker.run(), name="echomq-demo-worker")

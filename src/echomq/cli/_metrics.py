@@ -1,12 +1,15 @@
-"""``echomq metrics [--host H] [--port P]``: serve ``/metrics`` for every queue under a prefix.
+"""``echomq metrics [--host H] [--port P] [--groups N]``: serve ``/metrics`` for every queue
+under a prefix.
 
 Each scrape finds the queues with ``SCAN`` (as ``echomq queues`` does) and answers the text of
-:meth:`Queue.export_prometheus_metrics` for all of them, each family written once
-(docs/operations.md#prometheus). The server is the standard library's threading HTTP server;
-each scrape opens one Redis connection and closes it. Any other path answers 404; a scrape
-while Redis is unreachable answers 503.
+:meth:`Queue.export_prometheus_metrics` for all of them, each family written once, followed by
+the group series of each queue's ``--groups N`` busiest groups (default 20; 0: none, and the
+text is BullMQ's families alone) (docs/operations.md#prometheus). The server is the standard
+library's threading HTTP server; each scrape opens one Redis connection and closes it. Any
+other path answers 404; a scrape while Redis is unreachable answers 503.
 
-Signals: SIGTERM or SIGINT stops the server; exit code 0. A port that cannot be bound exits 2.
+Signals: SIGTERM or SIGINT stops the server; exit code 0. A port that cannot be bound, or a
+negative ``--groups``, exits 2.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import redis.exceptions
 
 from .._discovery import prometheus_text
+from .._ops.prometheus import DEFAULT_GROUP_LIMIT
 from .._redis import topology
 from ..queue import client_from_url
 from ._connect import check_names, listen_options, resolve
@@ -43,30 +47,52 @@ def add_parser(
         "metrics",
         parents=parents,
         help="serve Prometheus metrics of every queue under a prefix",
-        description="Serve /metrics (Prometheus text, BullMQ's metric names) for every queue "
-        "under --prefix, found with SCAN at each scrape. Stops on SIGTERM or SIGINT.",
+        description="Serve /metrics (Prometheus text, BullMQ's metric names, then the group "
+        "series of each queue's busiest groups) for every queue under --prefix, found with SCAN "
+        "at each scrape. Stops on SIGTERM or SIGINT.",
     )
     listen_options(parser, DEFAULT_PORT)
+    parser.add_argument(
+        "--groups",
+        type=nonnegative_int,
+        default=DEFAULT_GROUP_LIMIT,
+        metavar="N",
+        help="export the jobs of each queue's N groups with the most waiting jobs "
+        f"(echomq_group_jobs) and its number of groups (echomq_groups); default "
+        f"{DEFAULT_GROUP_LIMIT}, 0: no group series",
+    )
     parser.set_defaults(handler=run)
 
 
-async def collect(url: str, prefix: str) -> str:
-    """The exposition text of every queue under ``prefix``."""
+def nonnegative_int(text: str) -> int:
+    """An argparse type: an int >= 0 (``--groups``, ``echomq dashboard --metrics-groups``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return n
+
+
+async def collect(url: str, prefix: str, group_limit: int = DEFAULT_GROUP_LIMIT) -> str:
+    """The exposition text of every queue under ``prefix``, with the group series of each
+    queue's ``group_limit`` busiest groups."""
     client = client_from_url(url)
     try:
-        return await prometheus_text(client, prefix)
+        return await prometheus_text(client, prefix, group_limit=group_limit)
     finally:
         await topology.aclose(client)
 
 
-def _handler(url: str, prefix: str) -> type[BaseHTTPRequestHandler]:
+def _handler(url: str, prefix: str, group_limit: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self._answer(404, "not found: try /metrics\n")
                 return
             try:
-                text = asyncio.run(collect(url, prefix))
+                text = asyncio.run(collect(url, prefix, group_limit))
             except (redis.exceptions.RedisError, OSError) as exc:
                 self._answer(503, f"redis unavailable: {exc}\n")
                 return
@@ -99,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         server.server_close()
         raise
-    server.RequestHandlerClass = _handler(url, args.prefix)
+    server.RequestHandlerClass = _handler(url, args.prefix, args.groups)
     server.daemon_threads = True
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _SIGNALS}

@@ -11,20 +11,19 @@ the URL is resolved: a refused argument exits 2 without starting the embedded se
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import _ops as ops
+from .._keys import queue_keys
 from ..errors import ActiveJobsError
 from ..job import Job
 from ..options import UNSET, JobOptions
-from ..protocol.keys import queue_keys
 from ..queue import Queue
-from . import _flow, _limits
-from ._connect import check_names, resolve, warn_if_no_queue
+from . import _flow, _groups, _limits
+from ._actions import add_queue_command, check_arguments, run_action
+from ._connect import resolve, warn_if_no_queue
 from ._errors import EXIT_FAILURE, EXIT_OK, CliError
 from ._format import dumps, table, when
 
@@ -40,26 +39,20 @@ STATES = (
 )
 CLEAN_STATES = ("completed", "failed", "waiting", "active", "paused", "prioritized", "delayed")
 
-Action = Callable[[Queue, argparse.Namespace], Awaitable[int]]
-#: An action's offline check of its arguments: raises (ValidationError, CliError) to refuse.
-Check = Callable[[argparse.Namespace], None]
-
 
 def add_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     parents: list[argparse.ArgumentParser],
 ) -> None:
     """Register the ``queue`` subcommand and its actions."""
-    parser = subparsers.add_parser(
+    actions, json_flag = add_queue_command(
+        subparsers,
+        parents,
         "queue",
-        parents=parents,
-        help="inspect or manage a queue",
+        help_text="inspect or manage a queue",
         description="Inspect or manage the queue NAME.",
+        handler=run,
     )
-    parser.add_argument("queue", metavar="NAME", help="the queue name")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    json_flag = argparse.ArgumentParser(add_help=False)
-    json_flag.add_argument("--json", action="store_true", help="print JSON")
     with_json = [*parents, json_flag]
 
     p = actions.add_parser("counts", parents=with_json, help="jobs per state")
@@ -75,8 +68,12 @@ def add_parser(
     p.add_argument("job_id", metavar="ID", help="the job id")
     p.set_defaults(action_fn=_job)
 
+    p = actions.add_parser("workers", parents=with_json, help="list the workers and their jobs")
+    p.set_defaults(action_fn=_workers)
+
     _flow.add_parser(actions, with_json)
     _limits.add_parser(actions, with_json)
+    _groups.add_parser(actions, with_json)
 
     p = actions.add_parser("pause", parents=parents, help="stop workers taking jobs")
     p.set_defaults(action_fn=_pause)
@@ -103,26 +100,14 @@ def add_parser(
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.set_defaults(action_fn=_obliterate)
 
-    parser.set_defaults(handler=run)
-
 
 def run(args: argparse.Namespace) -> int:
     """The ``queue`` subcommand: check the arguments, resolve the URL, run the chosen action."""
-    check_names([args.queue], args.prefix)
-    check: Check | None = getattr(args, "check_fn", None)
-    if check is not None:
-        check(args)
+    check_arguments(args)
     target = resolve(args.url, args.durability)
     warn_if_no_queue(target, args.queue, args.prefix)
-    url = target.url
-    action: Action = args.action_fn
-    args.resolved_url = url  # for actions that open more than the Queue (flow)
-
-    async def go() -> int:
-        async with Queue(args.queue, connection=url, prefix=args.prefix) as q:
-            return await action(q, args)
-
-    return asyncio.run(go())
+    args.resolved_url = target.url  # for actions that open more than the Queue (flow)
+    return run_action(args, target.url)
 
 
 async def _counts(q: Queue, args: argparse.Namespace) -> int:
@@ -191,6 +176,34 @@ async def _jobs(q: Queue, args: argparse.Namespace) -> int:
     print(table(headers, rows))
     if len(jobs) < total:
         print(f"({len(jobs)} of {total} {args.state} jobs; see --start/--end)")
+    return EXIT_OK
+
+
+async def _workers(q: Queue, args: argparse.Namespace) -> int:
+    workers = await q.get_workers()
+    if args.json:
+        print(dumps(workers))
+        return EXIT_OK
+    if not workers:
+        print(f"no workers on queue {q.name}")
+        return EXIT_OK
+    rows = []
+    for w in workers:
+        jobs = w.get("jobs")
+        rows.append(
+            (
+                w.get("id", ""),
+                w.get("worker_name") or "",
+                w.get("kind", ""),
+                w.get("host") or w.get("addr", ""),
+                w.get("pid"),
+                w.get("concurrency"),
+                when(w.get("heartbeat_at")),
+                "?" if jobs is None else ", ".join(jobs) or "-",
+            )
+        )
+    headers = ("ID", "NAME", "KIND", "HOST", "PID", "CONCURRENCY", "HEARTBEAT", "JOBS")
+    print(table(headers, rows))
     return EXIT_OK
 
 

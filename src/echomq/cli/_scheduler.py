@@ -10,19 +10,16 @@ started.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import InvalidOptionError
 from ..queue import Queue
 from ..schedulers import JobScheduler, Schedule, SchedulerTemplate, build_spec
-from ._connect import check_names, resolve_url
+from ._actions import add_queue_command, check_arguments, run_action
+from ._connect import resolve_url
 from ._errors import EXIT_FAILURE, EXIT_OK
 from ._format import dumps, table, when
-
-Action = Callable[[Queue, argparse.Namespace], Awaitable[int]]
 
 
 def add_parser(
@@ -30,16 +27,14 @@ def add_parser(
     parents: list[argparse.ArgumentParser],
 ) -> None:
     """Register the ``scheduler`` subcommand and its actions."""
-    parser = subparsers.add_parser(
+    actions, json_flag = add_queue_command(
+        subparsers,
+        parents,
         "scheduler",
-        parents=parents,
-        help="list, add or remove the job schedulers of a queue",
+        help_text="list, add or remove the job schedulers of a queue",
         description="List, add (or replace) and remove the job schedulers of the queue NAME.",
+        handler=run,
     )
-    parser.add_argument("queue", metavar="NAME", help="the queue name")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    json_flag = argparse.ArgumentParser(add_help=False)
-    json_flag.add_argument("--json", action="store_true", help="print JSON")
 
     p = actions.add_parser("list", parents=[*parents, json_flag], help="list the schedulers")
     p.set_defaults(action_fn=_list)
@@ -61,23 +56,11 @@ def add_parser(
     p.add_argument("scheduler_id", metavar="ID", help="the scheduler id")
     p.set_defaults(action_fn=_remove)
 
-    parser.set_defaults(handler=run)
-
 
 def run(args: argparse.Namespace) -> int:
     """The ``scheduler`` subcommand: check the arguments, resolve the URL, run the action."""
-    check_names([args.queue], args.prefix)
-    check: Callable[[argparse.Namespace], None] | None = getattr(args, "check_fn", None)
-    if check is not None:
-        check(args)
-    url = resolve_url(args.url, args.durability)
-    action: Action = args.action_fn
-
-    async def go() -> int:
-        async with Queue(args.queue, connection=url, prefix=args.prefix) as q:
-            return await action(q, args)
-
-    return asyncio.run(go())
+    check_arguments(args)
+    return run_action(args, resolve_url(args.url, args.durability))
 
 
 def _summary(s: JobScheduler) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """``echomq worker module:processor``: run a Worker in this process until a signal stops it.
 
+``echomq worker module`` (no ``:``) runs the module's tasks instead, one worker per queue
+(``_tasks``), under the same signal handling and exit codes.
+
 Signals: the first SIGTERM or SIGINT starts a graceful ``Worker.close()`` (stop fetching, let
 running jobs finish within ``--close-grace``); a second one cuts the grace period short: running
 jobs are cancelled and handed back to ``wait`` at once. A third exits the process at once; jobs
@@ -28,11 +31,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from .._redis.fail_fast import connect_budget
-from ..options import Limiter, WorkerOptions, to_seconds
+from ..options import Batch, Limiter, WorkerOptions, to_seconds
+from ..tasks import Task
 from ..worker import Processor, Worker
 from ._connect import check_names, redact, resolve, warn_if_no_queue
 from ._errors import EXIT_ABANDONED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._logs import FORMATS, LEVELS, configure_logging, flush_logging
+from ._tasks import WorkerGroup, load_tasks
 
 logger = logging.getLogger("echomq.cli")
 
@@ -41,6 +46,9 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _STOP_MARGIN = 15.0
 #: Seconds ``--fail-fast`` gives Redis to answer at start-up (``--connect-timeout`` changes it).
 _FAIL_FAST_TIMEOUT = 5.0
+#: Per-minute metrics data points the CLI's workers keep (``--metrics-data-points``): two weeks
+#: of minutes, the duration BullMQ's metrics guide recommends (``MetricsTime.ONE_WEEK * 2``).
+METRICS_DATA_POINTS = 2 * 7 * 24 * 60
 
 
 def add_parser(
@@ -58,10 +66,16 @@ def add_parser(
     parser.add_argument(
         "processor",
         metavar="PROCESSOR",
-        help="module:function to call with each job, e.g. myapp.tasks:process "
+        help="module:function to call with each job, e.g. myapp.tasks:process, or a module "
+        "whose tasks (@echomq.task) to run, one worker per queue, e.g. myapp.tasks "
         "(the current directory is importable)",
     )
-    parser.add_argument("--queue", "-q", required=True, help="the queue to process")
+    parser.add_argument(
+        "--queue",
+        "-q",
+        help="the queue to process (required with module:function; with a module of tasks, "
+        "run only the tasks of this queue)",
+    )
     parser.add_argument(
         "--concurrency", "-c", type=int, help="jobs at once (default 1, or --processes)"
     )
@@ -102,10 +116,30 @@ def add_parser(
         metavar="S",
         help="seconds running jobs get to finish after the first signal (default 30)",
     )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        metavar="S",
+        help="seconds between worker registry heartbeats (default 5; 0: no registry entry)",
+    )
     parser.add_argument("--limit-max", type=int, metavar="N", help="rate limit: jobs per window")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="call PROCESSOR with lists of up to N jobs; it returns a list of results "
+        "(concurrency defaults to N)",
+    )
+    parser.add_argument(
+        "--batch-wait",
+        type=float,
+        metavar="S",
+        help="with --batch-size: seconds a batch waits after its first job to fill (default 0)",
+    )
     parser.add_argument(
         "--limit-duration", type=float, metavar="S", help="rate limit: window in seconds"
     )
+    add_metrics_flags(parser)
     parser.add_argument(
         "--log-level",
         type=str.upper,
@@ -134,6 +168,38 @@ def add_parser(
         help=f"with --fail-fast: seconds to reach Redis (default {_FAIL_FAST_TIMEOUT:g})",
     )
     parser.set_defaults(handler=run)
+
+
+def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    """``--no-metrics`` and ``--metrics-data-points``, shared by ``worker`` and ``demo``."""
+    parser.add_argument(
+        "--metrics-data-points",
+        type=int,
+        default=METRICS_DATA_POINTS,
+        metavar="N",
+        help="keep per-minute completed/failed counts for N minutes, in BullMQ's metrics "
+        f"layout, for the dashboard's chart and Queue.get_metrics (default {METRICS_DATA_POINTS}"
+        ": two weeks)",
+    )
+    parser.add_argument(
+        "--no-metrics",
+        dest="metrics",
+        action="store_false",
+        help="record no per-minute metrics",
+    )
+
+
+def metrics_data_points(args: argparse.Namespace) -> int | None:
+    """``metrics_max_data_points`` from ``--no-metrics`` / ``--metrics-data-points``.
+
+    Raises:
+        CliError: ``--metrics-data-points`` is below 1 (exit code 2).
+    """
+    if not args.metrics:
+        return None
+    if args.metrics_data_points < 1:
+        raise CliError("--metrics-data-points must be at least 1", EXIT_USAGE)
+    return int(args.metrics_data_points)
 
 
 def import_processor(spec: str) -> Processor:
@@ -206,12 +272,17 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
     """Build WorkerOptions from the flags that were given (the rest keep their defaults).
 
     Raises:
-        CliError: only one of ``--limit-max`` / ``--limit-duration`` was given.
+        CliError: only one of ``--limit-max`` / ``--limit-duration`` was given, or
+            ``--batch-wait`` without ``--batch-size``, or ``--concurrency`` below it.
         ValidationError: an option value is out of range.
     """
     processes = args.processes
     concurrency = args.concurrency if args.concurrency is not None else max(processes, 1)
-    given: dict[str, Any] = {"concurrency": concurrency, "processes": processes}
+    given: dict[str, Any] = {
+        "concurrency": concurrency,
+        "processes": processes,
+        "metrics_max_data_points": metrics_data_points(args),
+    }
     for name in (
         "max_tasks_per_child",
         "job_timeout",
@@ -225,10 +296,25 @@ def worker_options(args: argparse.Namespace) -> WorkerOptions:
         value = getattr(args, name)
         if value is not None:
             given[name] = value
+    if args.heartbeat_interval is not None:
+        given["heartbeat_interval"] = args.heartbeat_interval or None
     if (args.limit_max is None) != (args.limit_duration is None):
         raise CliError("--limit-max and --limit-duration go together; give both", EXIT_USAGE)
     if args.limit_max is not None:
         given["limiter"] = Limiter(max=args.limit_max, duration=args.limit_duration)
+    if args.batch_size is None and args.batch_wait is not None:
+        raise CliError("--batch-wait needs --batch-size", EXIT_USAGE)
+    if args.batch_size is not None:
+        batch = Batch(size=args.batch_size, wait=args.batch_wait or 0.0)
+        if args.concurrency is None:
+            given["concurrency"] = batch.size
+        elif args.concurrency < batch.size:
+            raise CliError(
+                f"--concurrency ({args.concurrency}) must be at least --batch-size "
+                f"({batch.size}) so that a batch can fill",
+                EXIT_USAGE,
+            )
+        given["batch"] = batch
     return WorkerOptions(**given)
 
 
@@ -244,7 +330,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     # Everything that can be refused is refused before a server is started or Redis reached.
-    check_names([args.queue], args.prefix)
+    if args.queue is not None:
+        check_names([args.queue], args.prefix)
+    elif ":" in args.processor:
+        raise CliError("--queue is required with PROCESSOR module:function", EXIT_USAGE)
+    if ":" not in args.processor:  # a module of tasks: one worker per queue
+        return _run_tasks(args, early, load_tasks(args.processor, args.queue, _import_module))
     processor = import_processor(args.processor)
     options = worker_options(args)
     connect_timeout = _connect_timeout(args)
@@ -264,23 +355,71 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
         options=options,
         connect_timeout=connect_timeout,
     )
+    metrics = options.metrics_max_data_points
     logger.info(
-        "processing queue %s (prefix %s) with %s, concurrency %d, on %s",
+        "processing queue %s (prefix %s) with %s, concurrency %d, %s, on %s",
         args.queue,
         args.prefix,
         args.processor,
         options.concurrency,
+        f"metrics kept {metrics} min" if metrics else "no metrics",
         redact(url),
     )
     stuck_after = to_seconds(options.close_grace, "close_grace") + _STOP_MARGIN
     runner(serve(worker, stuck_after=stuck_after, early=early))
-    abandoned = worker.abandoned_job_ids
+    return _exit_code(worker.abandoned_job_ids, "processor")
+
+
+def _run_tasks(
+    args: argparse.Namespace, early: _EarlySignals, tasks: dict[str, list[Task[Any, Any, Any]]]
+) -> int:
+    """The worker subcommand for a module of tasks: one worker per queue, served together."""
+    options = worker_options(args)
+    connect_timeout = _connect_timeout(args)
+    runner = _event_loop_runner(args.uvloop)
+    configure_logging(args.log_level, args.log_format)
+    target = resolve(args.url, args.durability)
+    for queue in tasks:
+        warn_if_no_queue(target, queue, args.prefix)
+    if early.received is not None:
+        logger.info("received %s during start-up: exiting before taking any job", early.name)
+        return EXIT_OK
+    group = WorkerGroup(
+        [
+            Worker.for_tasks(
+                queue_tasks,
+                connection=target.url,
+                prefix=args.prefix,
+                options=options,
+                connect_timeout=connect_timeout,
+            )
+            for queue_tasks in tasks.values()
+        ]
+    )
+    for queue, queue_tasks in tasks.items():
+        logger.info(
+            "processing queue %s (prefix %s) with the tasks %s of %s, concurrency %d, on %s",
+            queue,
+            args.prefix,
+            ", ".join(sorted(t.name for t in queue_tasks)),
+            args.processor,
+            options.concurrency,
+            redact(target.url),
+        )
+    stuck_after = to_seconds(options.close_grace, "close_grace") + _STOP_MARGIN
+    runner(serve(group, stuck_after=stuck_after, early=early))
+    return _exit_code(group.abandoned_job_ids, "task")
+
+
+def _exit_code(abandoned: list[str], what: str) -> int:
+    """EXIT_OK, or (not returning) EXIT_ABANDONED when sync threads still run ``abandoned``:
+    Python would wait for those threads before exiting, so exit now, as documented."""
     if abandoned:
-        # Python would wait for these threads before exiting: exit now, as documented.
         logger.error(
-            "exiting with code %d without waiting for the sync processor thread(s) of job(s) "
-            "%s, still running after the close grace; the job(s) went back to wait",
+            "exiting with code %d without waiting for the sync %s thread(s) of job(s) %s, "
+            "still running after the close grace; the job(s) went back to wait",
             EXIT_ABANDONED,
+            what,
             ", ".join(abandoned),
         )
         flush_logging()
@@ -340,7 +479,9 @@ def _event_loop_runner(use_uvloop: bool) -> Callable[[Any], Any]:
     return cast(Callable[[Any], Any], uvloop.run)
 
 
-async def serve(worker: Worker, *, stuck_after: float, early: _EarlySignals | None = None) -> None:
+async def serve(
+    worker: Worker | WorkerGroup, *, stuck_after: float, early: _EarlySignals | None = None
+) -> None:
     """Run ``worker`` with SIGTERM/SIGINT handlers until a graceful close completes.
 
     Args:

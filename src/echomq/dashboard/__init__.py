@@ -2,9 +2,10 @@
 
 ``create_app(connection=..., prefix=...)`` returns an app to serve with any ASGI server or to
 mount under FastAPI, Starlette or Django's ASGI handler; ``echomq dashboard`` serves it with
-uvicorn. It lists the queues under one prefix, pages through each state of a queue, shows one
-job whole, and (unless read-only) retries, promotes, removes, cleans, pauses and adds jobs,
-each through the same public API the rest of the library offers. See docs/operations.md.
+uvicorn. It lists the queues under one prefix, pages through each state of a queue and
+through its groups, shows one job whole, and (unless read-only) retries, promotes, removes,
+cleans, pauses and adds jobs and pauses and resumes groups, each through the same public API
+the rest of the library offers. See docs/operations.md.
 
 Needs the ``dashboard`` extra: ``pip install 'echomq[dashboard]'``.
 """

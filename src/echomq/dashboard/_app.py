@@ -5,17 +5,24 @@ Routes (all under wherever the app is mounted):
 - ``GET /``: the queues under the prefix (found with SCAN, refreshed in the background when
   older than 10 s; ``?refresh`` waits for a new scan), or the fixed list given.
 - ``GET /queues/{queue}?state=failed&page=2``: one state tab of a queue, with its
-  schedulers and global limits.
+  schedulers and global limits (without ``state``: the first tab, in the page's order, that
+  holds jobs); ``?state=groups&page=2`` its groups (most waiting jobs first),
+  ``?state=groups&group=ID&page=2`` one group's waiting jobs.
 - ``GET /queues/{queue}/jobs/{job_id}``: one job; ``GET /queues/{queue}/find?id=...`` goes
   there.
+- ``GET /queues/{queue}/workers``: the queue's workers (``get_workers``) and the jobs each runs.
 - ``POST /queues/{queue}/actions/{action}``: ``pause``, ``resume``, ``retry-failed``,
-  ``promote-delayed``, ``clean``, ``add``.
+  ``promote-delayed``, ``clean``, ``add``, ``pause-group`` and ``resume-group`` (the group id
+  in the form's ``group``).
 - ``POST /queues/{queue}/jobs/{job_id}/actions/{action}``: ``retry``, ``promote``, ``remove``.
-- ``GET /metrics``: Prometheus text of every queue; ``GET /healthz``: ``ok`` when Redis answers.
+- ``GET /metrics``: Prometheus text of every queue (with the group series of each queue's
+  ``metrics_groups`` busiest groups); ``GET /healthz``: ``ok`` when Redis answers.
 - ``GET /static/...``: the stylesheet and script, served from the package.
 
 A queue in a path must be one found under the configured prefix (a queue name holds no ``:``,
-so no path reaches another prefix); anything else is a 404, for reads and actions alike.
+so no path reaches another prefix); anything else is a 404, for reads and actions alike. While
+Redis cannot be reached, every page answers 503 saying so, with Redis's address (its password
+masked).
 """
 
 from __future__ import annotations
@@ -43,8 +50,11 @@ from starlette.templating import Jinja2Templates
 
 from .._discovery import find_queues, prometheus_text, queue_exists
 from .._job import Job
+from .._ops.groups import check_group
+from .._ops.prometheus import DEFAULT_GROUP_LIMIT, check_group_limit
 from .._redis import topology
-from ..errors import EchoMQError
+from .._redis.fail_fast import redact_url, server_address
+from ..errors import EchoMQError, InvalidOptionError
 from ..protocol.keys import DEFAULT_PREFIX
 from ..queue import Queue, client_from_url
 from . import _views as views
@@ -61,6 +71,11 @@ MAX_FORM_BYTES = 1 << 20
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+#: Errors that mean Redis cannot be reached (refused, timed out, unresolvable, reset): the
+#: pages answer 503 "Redis at ADDRESS cannot be reached".
+UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
 class NotFound(Exception):
     """A queue or job that the dashboard does not show."""
 
@@ -74,16 +89,21 @@ class Dashboard:
         prefix: str,
         access: Access,
         queues: Sequence[str] | None = None,
+        metrics_groups: int = DEFAULT_GROUP_LIMIT,
     ) -> None:
         if isinstance(connection, str):
             self.client = client_from_url(connection)
             self.owns_client = True
+            #: where Redis is, as the error pages name it (a URL's password shown as ***)
+            self.address = redact_url(connection)
         else:
             self.client = connection
             self.owns_client = False
+            self.address = server_address(connection)
         self.prefix = prefix
         self.access = access
         self.fixed = None if queues is None else sorted(set(queues))
+        self.metrics_groups = metrics_groups
         self._names: list[str] = []
         self._found_at: float | None = None
         self._rescan: asyncio.Task[None] | None = None
@@ -167,6 +187,7 @@ def create_app(
     auth: str | None = None,
     token: str | None = None,
     queues: Sequence[str] | None = None,
+    metrics_groups: int = DEFAULT_GROUP_LIMIT,
 ) -> Starlette:
     """The dashboard as an ASGI app.
 
@@ -185,17 +206,22 @@ def create_app(
         queues: show and act on these queues only, and never scan for others. None (the
             default): every queue found under the prefix with ``SCAN`` (see
             docs/operations.md, "Queue discovery").
+        metrics_groups: ``/metrics`` exports the jobs of each queue's this many groups with
+            the most waiting jobs, and its number of groups (docs/operations.md#prometheus);
+            0: no group series.
 
     Raises:
-        ValueError: ``auth`` is not ``user:password``, ``token`` is empty, or ``queues``
-            holds something that is not a queue name.
+        ValueError: ``auth`` is not ``user:password``, ``token`` is empty, ``queues``
+            holds something that is not a queue name, or ``metrics_groups`` is not an int
+            >= 0.
     """
     access = Access.build(read_only, auth, token)
+    check_group_limit(metrics_groups)
     if queues is not None:
         bad = [q for q in queues if not isinstance(q, str) or not q or ":" in q]
         if bad or isinstance(queues, str):
             raise ValueError(f"queues must be a list of queue names without ':'; got {queues!r}")
-    dash = Dashboard(connection, prefix, access, queues)
+    dash = Dashboard(connection, prefix, access, queues, metrics_groups)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
     )
@@ -217,12 +243,19 @@ def create_app(
             csrf_field=CSRF_FIELD,
             flash=_read_flash(flash),
             states=views.STATES,
+            groups_tab=views.GROUPS,
         )
         response: Response = templates.TemplateResponse(request, name, context, status_code=status)
         remember_csrf(request, response)
         if flash:
             response.delete_cookie(FLASH_COOKIE, path=_root(request))
         return response
+
+    def error(
+        request: Request, title: str, message: str, status: int, unreachable: bool = False
+    ) -> Response:
+        context = {"title": title, "message": message, "unreachable": unreachable}
+        return render(request, "error.html", context, status)
 
     def page(
         handler: Callable[[Request], Awaitable[Response]],
@@ -231,10 +264,13 @@ def create_app(
             try:
                 return await handler(request)
             except NotFound as exc:
-                return render(request, "error.html", {"message": str(exc)}, 404)
+                return error(request, "Not found", str(exc), 404)
+            except UNREACHABLE as exc:
+                message = f"Redis at {dash.address} cannot be reached: {exc}"
+                return error(request, "Redis unreachable", message, 503, unreachable=True)
             except (redis.exceptions.RedisError, OSError, EchoMQError) as exc:
-                message = f"Redis could not be read: {exc}"
-                return render(request, "error.html", {"message": message}, 503)
+                message = f"Redis at {dash.address} could not be read: {exc}"
+                return error(request, "Redis error", message, 503)
 
         return wrapped
 
@@ -247,11 +283,20 @@ def create_app(
     @page
     async def queue_view(request: Request) -> Response:
         queue = await dash.queue(request.path_params["queue"])
-        state = request.query_params.get("state", "failed")
-        if state not in views.STATES:
-            raise NotFound(f"no state {state!r}; one of {', '.join(views.STATES)}")
+        state = request.query_params.get("state") or None  # None: the first tab with jobs
+        if state is not None and state not in views.STATES and state != views.GROUPS:
+            tabs = ", ".join((*views.STATES, views.GROUPS))
+            raise NotFound(f"no state {state!r}; one of {tabs}")
+        group = request.query_params.get("group") or None
+        if state == views.GROUPS and group is not None:
+            try:
+                check_group(group)
+            except InvalidOptionError as exc:
+                raise NotFound(f"no group {group!r}: {exc}") from None
+        else:
+            group = None
         number = _int(request.query_params.get("page"), 1)
-        data = await views.queue_page(queue, dash.client, state, number)
+        data = await views.queue_page(queue, dash.client, state, number, group)
         return render(request, "queue.html", {"q": data, "queue": queue.name})
 
     @page
@@ -260,6 +305,12 @@ def create_app(
         job = await dash.job(queue, request.path_params["job_id"])
         data = await views.job_page(queue, job)
         return render(request, "job.html", {"j": data, "queue": queue.name})
+
+    @page
+    async def workers_view(request: Request) -> Response:
+        queue = await dash.queue(request.path_params["queue"])
+        rows = await views.workers_page(queue)
+        return render(request, "workers.html", {"workers": rows, "queue": queue.name})
 
     @page
     async def find_job(request: Request) -> Response:
@@ -278,7 +329,7 @@ def create_app(
 
     async def metrics(request: Request) -> Response:
         try:
-            text = await prometheus_text(dash.client, dash.prefix)
+            text = await prometheus_text(dash.client, dash.prefix, group_limit=dash.metrics_groups)
         except (redis.exceptions.RedisError, OSError, EchoMQError) as exc:
             return PlainTextResponse(f"redis unavailable: {exc}\n", status_code=503)
         return Response(text, media_type=PROMETHEUS_TYPE)
@@ -308,6 +359,7 @@ def create_app(
         ),
         Route("/queues/{queue}/jobs/{job_id:path}", job_view, name="job"),
         Route("/queues/{queue}/find", find_job, name="find_job"),
+        Route("/queues/{queue}/workers", workers_view, name="workers"),
         Route(
             "/queues/{queue}/actions/{action}", queue_action, methods=["POST"], name="queue_action"
         ),
@@ -423,6 +475,29 @@ def _json_field(form: dict[str, str], field: str, empty: Any) -> Any:
         raise ValueError(f"{field} is not valid JSON: {exc}") from exc
 
 
+def _group_of(form: dict[str, str]) -> str:
+    group = form.get("group", "")
+    if not group:
+        raise ValueError("give a group id")
+    return group
+
+
+async def _pause_group(
+    dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]
+) -> str:
+    group = _group_of(form)
+    await queue.pause_group(group)
+    return f"group {group} of {queue.name} paused"
+
+
+async def _resume_group(
+    dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]
+) -> str:
+    group = _group_of(form)
+    await queue.resume_group(group)
+    return f"group {group} of {queue.name} resumed"
+
+
 async def _job_retry(dash: Dashboard, queue: Queue, request: Request, form: dict[str, str]) -> str:
     job = await dash.job(queue, request.path_params["job_id"])
     await job.retry(await job.get_state())
@@ -451,6 +526,8 @@ _QUEUE_ACTIONS: dict[str, Action] = {
     "promote-delayed": _promote_delayed,
     "clean": _clean,
     "add": _add,
+    "pause-group": _pause_group,
+    "resume-group": _resume_group,
 }
 _JOB_ACTIONS: dict[str, Action] = {
     "retry": _job_retry,

@@ -1,9 +1,12 @@
-"""What each dashboard page shows, read through the public API only.
+"""What each dashboard page shows, read through the public API (and, for the groups tab, the
+counts of ``_ops/group_counts.py`` run on the dashboard's client).
 
 Every read takes a bounded range: a state tab reads one page of jobs (``get_jobs`` with a
 start and an end), counts come from ``get_job_counts`` (one ``LLEN``/``ZCARD``/``SCARD`` per
-state), a job's children and logs are read a page at a time. Nothing reads a whole set, so a
-page costs the same with ten jobs or ten million.
+state), a job's children and logs are read a page at a time. The groups tab reads one page of
+groups (``get_groups``), and a group's page one page of its waiting jobs (``get_group_jobs``);
+their totals are one ``ZCARD`` each. Nothing reads a whole set, so a page costs the same with
+ten jobs or ten million, ten groups or a million.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -20,9 +24,11 @@ import redis.exceptions
 
 from .. import queue as api
 from .._job import Job
+from .._keys import queue_keys
 from .._ops.flows import DependencyPage
-from .._redis import restricted
-from .._redis.fail_fast import server_address
+from .._ops.group_counts import GroupSummary, count_groups, group_summary
+from .._ops.groups import GroupInfo
+from .._redis.run import run_op
 from ..errors import EchoMQError
 from ..queue import Queue
 
@@ -36,6 +42,8 @@ STATES: tuple[str, ...] = (
     "completed",
     "failed",
 )
+#: The tab of a queue's groups (``?state=groups``), after the state tabs.
+GROUPS = "groups"
 PAGE_SIZE = 25
 #: Queues the queue list reads at once.
 LIST_READS = 8
@@ -55,11 +63,13 @@ class QueueSummary:
     name: str
     counts: dict[str, int]
     paused: bool
-    #: None where Redis refuses CLIENT LIST (renamed away, or denied to the ACL user)
-    workers: int | None
+    #: registered echomq workers, and the connections of others (``get_workers``)
+    workers: int
     completed_per_minute: list[int]
     failed_per_minute: list[int]
     error: str | None = None
+    #: whether any worker recorded per-minute metrics for the queue (a metrics hash exists)
+    has_metrics: bool = False
 
 
 @dataclass
@@ -71,9 +81,20 @@ class JobLink:
     job_id: str | None = None
 
 
+@dataclass(frozen=True)
+class GroupLimits:
+    """The group limits a groups tab shows: the defaults, or one group's own or else the
+    default (``own`` saying which)."""
+
+    concurrency: int | None
+    rate_limit: Any
+    own_concurrency: bool = False
+    own_rate_limit: bool = False
+
+
 @dataclass
 class QueuePage:
-    """One state tab of one queue."""
+    """One tab of one queue: a state, its groups, or one group's waiting jobs."""
 
     summary: QueueSummary
     state: str
@@ -85,6 +106,14 @@ class QueuePage:
     concurrency: int | None
     rate_limit: Any
     meta: Any
+    #: how many groups have waiting or active jobs (the groups tab's count)
+    group_count: int = 0
+    #: the page of groups, most waiting jobs first (the groups tab)
+    groups: list[GroupInfo] = field(default_factory=list)
+    #: the group whose waiting jobs are listed (``?state=groups&group=ID``)
+    group: GroupSummary | None = None
+    #: on the groups tab, the default group limits, or that group's
+    group_limits: GroupLimits | None = None
 
 
 @dataclass
@@ -124,18 +153,87 @@ async def summary(client: redis.asyncio.Redis, prefix: str, name: str) -> QueueS
         api.get_metrics(name, "completed", 0, CHART_MINUTES - 1, **where),
         api.get_metrics(name, "failed", 0, CHART_MINUTES - 1, **where),
     )
-    return QueueSummary(name, counts, paused, workers, list(done.data), list(failed.data))
+    now_ms = int(time.time() * 1000)
+    return QueueSummary(
+        name,
+        counts,
+        paused,
+        workers,
+        per_minute(done, now_ms),
+        per_minute(failed, now_ms),
+        has_metrics=bool(done.meta.prev_ts or failed.meta.prev_ts),
+    )
 
 
-async def worker_count(client: redis.asyncio.Redis, prefix: str, name: str) -> int | None:
-    """How many workers queue ``name`` has, or None where Redis refuses ``CLIENT LIST`` (as
-    managed services may): the page says unknown, and the refusal is logged once at INFO."""
-    try:
-        return len(await api.get_workers(name, connection=client, prefix=prefix))
-    except redis.exceptions.ResponseError as exc:
-        if restricted.report("CLIENT LIST", server_address(client), exc):
-            return None
-        raise
+def per_minute(metrics: api.Metrics, now_ms: int) -> list[int]:
+    """Jobs finished per minute, the current minute first, over :data:`CHART_MINUTES` minutes.
+
+    The stored data points (BullMQ's layout) hold only minutes rolled over by a later finish;
+    the jobs finished since the last roll-over (``meta.count - meta.prev_count``) are counted
+    in the minute of that roll-over (``meta.prev_ts``), with the minutes after it at zero, as
+    the next finish will store them. So a queue busy for less than a minute shows its work.
+    """
+    meta = metrics.meta
+    if not meta.prev_ts:
+        return list(metrics.data)
+    since = max(0, now_ms // 60_000 - meta.prev_ts // 60_000)
+    pending = max(0, meta.count - meta.prev_count)
+    return ([0] * since + [pending] + list(metrics.data))[:CHART_MINUTES]
+
+
+async def worker_count(client: redis.asyncio.Redis, prefix: str, name: str) -> int:
+    """How many workers queue ``name`` has (``get_workers``: where Redis refuses ``CLIENT
+    LIST``, as managed services may, the echomq workers of the registry alone)."""
+    return len(await api.get_workers(name, connection=client, prefix=prefix))
+
+
+@dataclass
+class WorkerRow:
+    """One worker on a queue's workers page."""
+
+    kind: str
+    #: the registry's worker id, or the connection's client id
+    id: str
+    name: str | None
+    host: str
+    pid: int | None
+    concurrency: int | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    #: the jobs it held at its last heartbeat (None: not known, a connection only)
+    jobs: list[str] | None
+    version: str
+    #: the connection's address (``CLIENT LIST`` entries only)
+    addr: str
+
+
+async def workers_page(queue: Queue) -> list[WorkerRow]:
+    """The rows of a queue's workers page: registry workers, then other connections."""
+    rows = []
+    for info in await queue.get_workers():
+        registered = "heartbeat_at" in info
+        rows.append(
+            WorkerRow(
+                kind=info.get("kind", "bullmq"),
+                id=str(info.get("id", "")),
+                name=info.get("worker_name") if registered else _worker_name(info),
+                host=info.get("host", ""),
+                pid=info.get("pid"),
+                concurrency=info.get("concurrency"),
+                started_at=info.get("started_at"),
+                heartbeat_at=info.get("heartbeat_at"),
+                jobs=info.get("jobs") if registered else None,
+                version=info.get("version", ""),
+                addr=info.get("addr", ""),
+            )
+        )
+    return rows
+
+
+def _worker_name(info: api.WorkerInfo) -> str | None:
+    """The worker name in a connection name ``P:<base64 queue>:w:<name>``, if any."""
+    _, sep, name = info.get("rawname", "").partition(":w:")
+    return name if sep and name else None
 
 
 async def summaries(
@@ -156,24 +254,105 @@ async def summaries(
     return list(await asyncio.gather(*(row(n) for n in names)))
 
 
-async def queue_page(queue: Queue, client: redis.asyncio.Redis, state: str, page: int) -> QueuePage:
-    """One page of the ``state`` tab of ``queue``, with its schedulers and limits."""
-    head = await summary(client, queue.prefix, queue.name)
-    total = head.counts.get(state, 0)
+def first_tab(counts: dict[str, int], group_count: int) -> str:
+    """The tab a queue page opens on without ``?state=``: the first, in the page's tab order
+    (:data:`STATES`, then :data:`GROUPS`), that holds jobs; the first tab when none does."""
+    for state in STATES:
+        if counts.get(state, 0):
+            return state
+    return GROUPS if group_count else STATES[0]
+
+
+async def queue_page(
+    queue: Queue,
+    client: redis.asyncio.Redis,
+    state: str | None,
+    page: int,
+    group: str | None = None,
+) -> QueuePage:
+    """One page of the ``state`` tab of ``queue``, with its schedulers and limits.
+
+    ``state`` may also be :data:`GROUPS`: a page of the queue's groups, most waiting jobs first,
+    or with ``group`` a page of that group's waiting jobs in the order they will run. None: the
+    :func:`first_tab` that holds jobs.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a group id.
+    """
+    keys = queue_keys(queue.name, queue.prefix)
+    one = group_summary(keys, group) if group is not None else None  # checks the id first
+    head, group_count, shown = await asyncio.gather(
+        summary(client, queue.prefix, queue.name),
+        run_op(client, count_groups(keys)),
+        run_op(client, one) if one is not None else _none(),
+    )
+    if state is None:
+        state = first_tab(head.counts, group_count)
+    if state != GROUPS:
+        total = head.counts.get(state, 0)
+    else:
+        total = group_count if shown is None else shown.waiting
     pages = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), pages)
-    start = (page - 1) * PAGE_SIZE
-    jobs, schedulers, scheduler_count, concurrency, rate_limit, meta = await asyncio.gather(
-        queue.get_jobs(state, start, start + PAGE_SIZE - 1),
+    start, end = (page - 1) * PAGE_SIZE, page * PAGE_SIZE - 1
+
+    async def listing() -> tuple[list[Job], list[GroupInfo], GroupLimits | None]:
+        if state != GROUPS:
+            return await queue.get_jobs(state, start, end), [], None
+        gid = None if shown is None else shown.id
+        if gid is None:
+            listed, limits = await asyncio.gather(queue.get_groups(start, end), group_limits(queue))
+            return [], listed, limits
+        jobs, limits = await asyncio.gather(
+            queue.get_group_jobs(gid, start, end), group_limits(queue, gid)
+        )
+        return jobs, [], limits
+
+    listed, schedulers, scheduler_count, concurrency, rate_limit, meta = await asyncio.gather(
+        listing(),
         queue.get_job_schedulers(0, SCHEDULERS_SHOWN - 1, asc=True),
         queue.get_job_schedulers_count(),
         queue.get_global_concurrency(),
         queue.get_global_rate_limit(),
         queue.get_meta(),
     )
+    jobs, groups, limits = listed
     return QueuePage(
-        head, state, page, pages, jobs, schedulers, scheduler_count, concurrency, rate_limit, meta
+        head,
+        state,
+        page,
+        pages,
+        jobs,
+        schedulers,
+        scheduler_count,
+        concurrency,
+        rate_limit,
+        meta,
+        group_count,
+        groups,
+        shown,
+        limits,
     )
+
+
+async def group_limits(queue: Queue, group: str | None = None) -> GroupLimits:
+    """The default group limits, or ``group``'s: its own where set, else the default."""
+    concurrency, rate_limit, own_c, own_r = await asyncio.gather(
+        queue.get_group_concurrency(),
+        queue.get_group_rate_limit(),
+        queue.get_group_concurrency(group) if group is not None else _none(),
+        queue.get_group_rate_limit(group) if group is not None else _none(),
+    )
+    return GroupLimits(
+        own_c if own_c is not None else concurrency,
+        own_r if own_r is not None else rate_limit,
+        own_c is not None,
+        own_r is not None,
+    )
+
+
+async def _none() -> None:
+    return None
 
 
 async def job_page(queue: Queue, job: Job) -> JobPage:
@@ -245,7 +424,8 @@ def sparkline(values: list[int], width: int = 120, height: int = 24) -> str:
     """SVG polyline points for per-minute counts (most recent first), oldest on the left.
 
     The series always spans :data:`CHART_MINUTES` minutes: minutes without a data point (a
-    queue younger than an hour, or workers without metrics) count as zero.
+    queue younger than an hour) count as zero. A queue without metrics at all gets no chart
+    but a sentence saying so (``QueueSummary.has_metrics``).
     """
     recent = list(reversed(values[:CHART_MINUTES]))
     series = [0] * (CHART_MINUTES - len(recent)) + recent

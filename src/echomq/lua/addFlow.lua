@@ -19,7 +19,7 @@
   KEYS[11] waiting-children
   KEYS[12] completed
 
-  ARGV, 13 values per node (the i-th node's values start at ARGV[13 * (i - 1) + 1]):
+  ARGV, 14 values per node (the i-th node's values start at ARGV[14 * (i - 1) + 1]):
   ARGV[1]  node queue, qualified "P:Q" (a queue reference, like a parent's queueKey)
   ARGV[2]  job id (a custom id, or one the client generated)
   ARGV[3]  name
@@ -34,6 +34,8 @@
   ARGV[12] "1" with children, else "0"
   ARGV[13] deduplication JSON (the `de` option, as addJob's ARGV[11]), or "": only on a root
            without parent or children
+  ARGV[14] group id (echomq's groups, docs/protocol/groups.md), or "": stored as `gid`; a
+           grouped leaf is placed in its group, a grouped parent released to it
 
   Returns: the array of the nodes' ids, in ARGV order. An id whose job exists is not stored
   again: it gets a `duplicated` event and, under a parent, is attached to it
@@ -55,7 +57,7 @@ local q = {
   active = KEYS[6], prioritized = KEYS[7], pc = KEYS[8], delayed = KEYS[9], marker = KEYS[10],
   waiting_children = KEYS[11], completed = KEYS[12],
 }
-local WIDTH = 13
+local WIDTH = 14
 local count = #ARGV / WIDTH
 
 -- Checks: nothing is written until every node passed.
@@ -136,6 +138,10 @@ for i = 1, count do
         redis.call("HSET", job_key, "name", ARGV[o + 3], "data", ARGV[o + 5],
           "opts", ARGV[o + 6], "timestamp", ts, "delay", delay_arg, "priority", priority_arg)
       end
+      local gid = ARGV[o + 14] ~= "" and ARGV[o + 14] or nil
+      if gid then
+        redis.call("HSET", job_key, "gid", gid)
+      end
       redis.call("XADD", nq.events, "*", "event", "added", "jobId", job_id, "name", ARGV[o + 3])
       if ARGV[o + 12] == "1" then
         redis.call("ZADD", nq.waiting_children, ts, job_id)
@@ -144,7 +150,7 @@ for i = 1, count do
       else
         local delay = tonumber(delay_arg)
         entry.blocked = enqueue_job(nq, job_id, delay, tonumber(ts) + delay,
-          tonumber(priority_arg), ARGV[o + 9] == "1", entry.max_len, entry.blocked)
+          tonumber(priority_arg), ARGV[o + 9] == "1", entry.max_len, entry.blocked, gid)
       end
       if parent_key ~= "" then
         redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)

@@ -1,7 +1,7 @@
 --[[
   addJob: store new jobs and put each in `wait`, `prioritized` or `delayed`
   (docs/protocol/scripts.md#script-addJob).
-  One call adds one job, or several (a bulk add): ARGV holds 11 values per job, and each job
+  One call adds one job, or several (a bulk add): ARGV holds 12 values per job, and each job
   gets exactly the keys, fields and events a call for it alone would write.
 
   KEYS[1]  prefix "P:Q:": job keys are built from it (includes/job_keys.lua); its hash tag
@@ -17,7 +17,7 @@
   KEYS[10] marker
   KEYS[11] completed (a duplicate child that already completed counts as processed)
 
-  ARGV, 11 values per job (the i-th job's values start at ARGV[11 * (i - 1) + 1]):
+  ARGV, 12 values per job (the i-th job's values start at ARGV[12 * (i - 1) + 1]):
   ARGV[1]  custom job id, or ""
   ARGV[2]  name
   ARGV[3]  timestamp (ms)
@@ -30,6 +30,8 @@
   ARGV[10] parent JSON {"id":..,"queueKey":..}, or ""
   ARGV[11] deduplication JSON {"id":..[,"ttl":ms][,"extend":true][,"replace":true]
            [,"keepLastIfActive":true]} (the `de` option), or "" (never with a parent)
+  ARGV[12] group id (echomq's groups, docs/protocol/groups.md), or "": a grouped job is stored
+           with `gid` and placed in its group instead of wait / prioritized / delayed
 
   Returns: for one job, its id (string); for several, the array of their results. A custom id
   whose hash exists gives that id after a `duplicated` event, storing nothing; with a parent,
@@ -40,7 +42,8 @@
   not exist; -7 the existing job of that custom id belongs to another parent that exists.
 
   Which list: delay > 0 -> delayed (even with a priority); else priority > 0 -> prioritized;
-  else wait (LPUSH, or RPUSH for lifo). `id` is INCRed on every call, as Node does.
+  else wait (LPUSH, or RPUSH for lifo); a grouped job likewise in its group's structures.
+  `id` is INCRed on every call, as Node does.
 ]]
 --@include "common"
 --@include "job_keys"
@@ -62,6 +65,7 @@ local function add_one(o)
     ARGV[o + 5]
   local delay_arg, priority_arg = ARGV[o + 6], ARGV[o + 7]
   local parent_key, parent_json, dedup = ARGV[o + 9], ARGV[o + 10], ARGV[o + 11]
+  local gid = ARGV[o + 12] ~= "" and ARGV[o + 12] or nil
   if parent_key ~= "" and redis.call("EXISTS", parent_key) == 0 then
     return -5
   end
@@ -111,10 +115,13 @@ local function add_one(o)
     redis.call("HSET", job_key, "name", name, "data", data, "opts", opts, "timestamp", ts,
       "delay", delay_arg, "priority", priority_arg)
   end
+  if gid then
+    redis.call("HSET", job_key, "gid", gid)
+  end
   redis.call("XADD", q.events, "*", "event", "added", "jobId", job_id, "name", name)
 
   blocked = enqueue_job(q, job_id, delay, tonumber(ts) + delay, priority, ARGV[o + 8] == "1",
-    max_len, blocked)
+    max_len, blocked, gid)
 
   if parent_key ~= "" then
     redis.call("SADD", job_part_key(parent_key, "dependencies"), job_key)
@@ -122,7 +129,7 @@ local function add_one(o)
   return job_id
 end
 
-local count = #ARGV / 11
+local count = #ARGV / 12
 if count == 1 then
   local result = add_one(0)
   if type(result) == "table" then
@@ -132,6 +139,6 @@ if count == 1 then
 end
 local ids = {}
 for i = 1, count do
-  ids[i] = add_one((i - 1) * 11)
+  ids[i] = add_one((i - 1) * 12)
 end
 return ids

@@ -89,9 +89,13 @@ if prev then
   local pending = iteration_id(scheduler_id, prev)
   local pending_key = job_hash_key(q.prefix, pending)
   if redis.call("EXISTS", pending_key) == 1 then
+    local pending_gid = redis.call("HGET", pending_key, "gid")
+    local g = pending_gid and group_keys(q.prefix)
     if redis.call("ZREM", q.delayed, pending) == 1
       or redis.call("ZREM", q.prioritized, pending) == 1
-      or redis.call("LREM", q.wait, 0, pending) > 0 then
+      or redis.call("LREM", q.wait, 0, pending) > 0
+      or (g and (redis.call("ZREM", g.delayed, pending) == 1
+        or group_unwait(g, pending_gid, pending))) then
       release_dedup_key(q.prefix, pending_key, pending)
       delete_job_keys(pending_key)
       removed = true
@@ -165,7 +169,11 @@ local job_key = job_hash_key(q.prefix, job_id)
 redis.call("HSET", job_key, "name", s["name"], "data", ARGV[4], "opts", cjson.encode(opts),
   "timestamp", int_str(now), "delay", int_str(delay), "priority", int_str(priority),
   "rjk", scheduler_id)
+local gid = group_of_opts(opts)
+if gid then
+  redis.call("HSET", job_key, "gid", gid)
+end
 redis.call("XADD", q.events, "*", "event", "added", "jobId", job_id, "name", s["name"])
 enqueue_job(q, job_id, delay, next_ms, priority, opts["lifo"] and true or false,
-  max_events(q.meta), nil)
+  max_events(q.meta), nil, gid)
 return {job_id, delay}

@@ -20,10 +20,13 @@
   A waiting job is re-added: priority 0 to `wait` (RPUSH with lifo, else LPUSH); with lifo and
   a priority, to the front of its band (score priority*2^32, no marker); else with a fresh
   counter score. The `priority` field is always written (a delayed job uses it when promoted);
-  `opts.priority` is left as it was.
+  `opts.priority` is left as it was. A grouped job waiting in its group
+  (docs/protocol/groups.md) is re-scored there instead: at the back of its new priority, or
+  with lifo at its front (the group keys are built from the prefix, KEYS[1] less the job id).
 ]]
 --@include "common"
 --@include "requeue"
+--@include "groups_admin"
 
 local job_key = KEYS[1]
 local job_id = ARGV[1]
@@ -43,6 +46,11 @@ if redis.call("ZREM", KEYS[4], job_id) > 0 or redis.call("LREM", KEYS[2], -1, jo
     end
     requeue_ready(KEYS[2], KEYS[4], KEYS[6], KEYS[7], paused_or_maxed(KEYS[3], KEYS[5]),
       priority, job_id, push_cmd)
+  end
+else
+  local gid = job_group(job_key)
+  if gid then
+    group_rescore(group_keys(prefix_of(job_key, job_id)), gid, job_id, priority, lifo)
   end
 end
 redis.call("HSET", job_key, "priority", ARGV[2])

@@ -92,8 +92,12 @@ local name = s[3] or scheduler_id
 redis.call("HSET", job_key, "name", name, "data", s[4] or "{}", "opts", cjson.encode(opts),
   "timestamp", int_str(now), "delay", int_str(delay), "priority", int_str(priority),
   "rjk", scheduler_id)
+local gid = group_of_opts(opts)
+if gid then
+  redis.call("HSET", job_key, "gid", gid)
+end
 redis.call("XADD", q.events, "*", "event", "added", "jobId", job_id, "name", name)
 
 enqueue_job(q, job_id, delay, next_ms, priority, opts["lifo"] and true or false, max_len,
-  nil)
+  nil, gid)
 return job_id

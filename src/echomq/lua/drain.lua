@@ -18,8 +18,11 @@
 
   Returns: 1 the budget was used up (call again), 0 done.
 
-  Order: wait, paused, delayed (if asked), prioritized. Hard parent rule per job, dedup keys
-  released. No events; `marker` and `pc` are left as they are.
+  Order: wait, paused, delayed (if asked), prioritized, then the grouped jobs
+  (docs/protocol/groups.md): the waiting ones (groups:waiting, oldest first, each leaving its
+  group) and, if asked, groups:delayed. Hard parent rule per job, dedup keys released. No
+  events; `marker` and `pc` are left as they are. The call that finishes the drain takes the
+  groups left with no waiting job out of the rotation (groups:ready).
 ]]
 --@include "remove_job"
 
@@ -88,13 +91,47 @@ local function drain_zset(key)
   end
 end
 
+local g = group_keys(q.prefix)
+
+-- The grouped waiting jobs, oldest first: each leaves its group (group_unwait) and is
+-- hard-removed; kept ids stay.
+local function drain_grouped_waiting()
+  while budget > 0 do
+    local ids = redis.call("ZRANGE", g.waiting, 0, budget + kept_count - 1)
+    local victims = {}
+    for _, id in ipairs(ids) do
+      if not kept[id] and #victims < budget then
+        victims[#victims + 1] = id
+      end
+    end
+    if #victims == 0 then
+      return
+    end
+    for _, id in ipairs(victims) do
+      local gid = job_group(job_hash_key(q.prefix, id))
+      if not (gid and group_unwait(g, gid, id)) then
+        redis.call("ZREM", g.waiting, id)
+      end
+      hard_remove_job(q, id)
+    end
+    budget = budget - #victims
+  end
+end
+
 drain_list(q.wait)
 drain_list(q.paused)
 if ARGV[1] == "1" then
   drain_zset(q.delayed)
 end
 drain_zset(q.prioritized)
+drain_grouped_waiting()
+if ARGV[1] == "1" then
+  drain_zset(g.delayed)
+end
 if budget <= 0 then
   return 1
+end
+if redis.call("EXISTS", g.ready) == 1 then
+  group_tidy_rotation(g)
 end
 return 0

@@ -30,10 +30,12 @@
   ARGV[1]  now (ms)
   ARGV[2]  items: JSON array of arrays
            [kind, jobId, token, value, attempts, keepCount, keepAge, keepLimit, fields, delayMs,
-            flag]
+            flag, group]
            kind "C" complete (value = returnvalue JSON text), "F" fail (value = failedReason),
            "R" retry now (flag 1 = lifo), "D" move to delayed (flag 1 = do not count an attempt).
            keepAge/keepLimit: "" when unset; fields: flat array of hash fields to set first.
+           group (echomq): the job's `gid`; absent (no group, or a client that does not send
+           it): the script reads `gid` when the job is not in `active`.
   ARGV[3]  how many jobs to take afterwards (0 = none), less one per completion refused with
            -4 or -9 (that parent still holds its slot)
   ARGV[4]  lock token prefix; the i-th job taken gets token prefix .. (ARGV[5] + i - 1)
@@ -68,8 +70,10 @@
 --@include "common"
 --@include "job_keys"
 --@include "enqueue"
+--@include "requeue"
 --@include "parent"
 --@include "parents"
+--@include "groups"
 --@include "fetch"
 
 local now = tonumber(ARGV[1])
@@ -79,6 +83,8 @@ local k = {
   limiter = KEYS[11], id = KEYS[12], waiting_children = KEYS[13], completed = KEYS[14],
   failed = KEYS[15],
 }
+k.g = group_keys(k.prefix)
+k.grouped = redis.call("EXISTS", k.g.state) == 1
 local items = cjson.decode(ARGV[2])
 local max_metrics = tonumber(ARGV[10])
 local resend = ARGV[11] == "1"
@@ -205,10 +211,15 @@ local function add_deduplicated_next(dedup_id, max_len)
   end
   fields[#fields + 1] = "deid"
   fields[#fields + 1] = dedup_id
+  local gid = group_of_opts(opts)
+  if gid then
+    fields[#fields + 1] = "gid"
+    fields[#fields + 1] = gid
+  end
   redis.call("HSET", job_key, unpack(fields))
   redis.call("XADD", k.events, "*", "event", "added", "jobId", job_id, "name", n[1] or "")
   enqueue_job(k, job_id, delay, now + delay, priority, opts["lifo"] and true or false,
-    max_len, nil)
+    max_len, nil, gid)
   if n[6] then
     redis.call("SADD", n[6], job_key)
   end
@@ -279,33 +290,34 @@ local function finish(item, job_id, job_key, completed, max_len)
   end
 end
 
-local function retry_now(item, job_id, job_key, max_len)
+local function retry_now(item, job_id, job_key, max_len, gid)
   local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
-  if priority == 0 then
-    if item[11] == 1 then
-      redis.call("RPUSH", k.wait, job_id)
-    else
-      redis.call("LPUSH", k.wait, job_id)
+  if gid then
+    group_place(k.g, job_id, gid, priority, item[11] == 1, now)
+    if not paused_or_maxed(k.meta, k.active) then
+      add_base_marker(k.marker)
     end
   else
-    add_prioritized(k.prioritized, k.pc, priority, job_id)
-  end
-  if not paused_or_maxed(k.meta, k.active) then
-    add_base_marker(k.marker)
+    requeue_ready(k.wait, k.prioritized, k.pc, k.marker, paused_or_maxed(k.meta, k.active),
+      priority, job_id, item[11] == 1 and "RPUSH" or "LPUSH")
   end
   redis.call("HINCRBY", job_key, "atm", 1)
   redis.call("XADD", k.events, "MAXLEN", "~", max_len, "*", "event", "waiting", "jobId", job_id,
     "prev", "active")
 end
 
-local function move_to_delayed(item, job_id, job_key, max_len)
+local function move_to_delayed(item, job_id, job_key, max_len, gid)
   local delay = tonumber(item[10]) or 0
   local due = now + delay
   if item[11] ~= 1 then
     redis.call("HINCRBY", job_key, "atm", 1)
   end
   redis.call("HSET", job_key, "delay", int_str(delay))
-  redis.call("ZADD", k.delayed, score_str(delayed_score(k.delayed, due)), job_id)
+  if gid then
+    group_delay(k.g, k.marker, job_id, due)
+  else
+    redis.call("ZADD", k.delayed, score_str(delayed_score(k.delayed, due)), job_id)
+  end
   redis.call("XADD", k.events, "MAXLEN", "~", max_len, "*", "event", "delayed", "jobId", job_id,
     "delay", int_str(due))
 end
@@ -320,9 +332,11 @@ local function recorded_before(kind, job_id, keep_count)
     return redis.call("ZSCORE", target, job_id) ~= false
   elseif kind == "D" then
     return redis.call("ZSCORE", k.delayed, job_id) ~= false
+      or (k.grouped and redis.call("ZSCORE", k.g.delayed, job_id) ~= false)
   end
   return redis.call("ZSCORE", k.prioritized, job_id) ~= false
     or redis.call("LPOS", k.wait, job_id) ~= false
+    or (k.grouped and redis.call("ZSCORE", k.g.waiting, job_id) ~= false)
 end
 
 -- Resent call: the jobs of `active` locked with a token the lost send handed out.
@@ -336,7 +350,13 @@ local function taken_before(want)
     tokens[ARGV[4] .. int_str(first + i - 1)] = true
   end
   local taken = {}
-  for _, id in ipairs(redis.call("LRANGE", k.active, 0, -1)) do
+  local ids = redis.call("LRANGE", k.active, 0, -1)
+  if k.grouped then
+    for _, id in ipairs(redis.call("LRANGE", k.g.active, 0, -1)) do
+      ids[#ids + 1] = id
+    end
+  end
+  for _, id in ipairs(ids) do
     local job_key = job_hash_key(k.prefix, id)
     local token = redis.call("GET", job_part_key(job_key, "lock"))
     if token and tokens[token] then
@@ -353,10 +373,11 @@ end
 -- Node's) would sleep out their drain delay beside a free slot. Wake them.
 local function wake_if_slot_freed()
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency")
-  if meta[1] or not meta[2] or redis.call("LLEN", k.active) >= tonumber(meta[2]) then
+  if meta[1] or not meta[2] or active_count(k) >= tonumber(meta[2]) then
     return
   end
-  if redis.call("LLEN", k.wait) > 0 or redis.call("ZCARD", k.prioritized) > 0 then
+  if redis.call("LLEN", k.wait) > 0 or redis.call("ZCARD", k.prioritized) > 0
+    or (k.grouped and redis.call("LLEN", k.g.ready) > 0) then
     add_base_marker(k.marker)
   end
 end
@@ -398,10 +419,31 @@ if #items > 0 then
       if type(fields) == "table" and #fields > 0 then
         redis.call("HSET", job_key, unpack(fields))
       end
-      if redis.call("LREM", k.active, -1, job_id) == 0 then
+      -- (a suspect in groups:stalled is skipped by the check once out of groups:active)
+      local gid = k.grouped and item[12] or nil
+      local left = 0
+      if gid then -- the worker named the job's group: its job is in groups:active
+        left = redis.call("LREM", k.g.active, -1, job_id)
+      end
+      if left == 0 then
+        gid = nil
+        left = redis.call("LREM", k.active, -1, job_id)
+        if left == 0 and k.grouped and item[12] == nil then -- the item names no group
+          gid = redis.call("HGET", job_key, "gid") or nil
+          if gid and redis.call("LREM", k.g.active, -1, job_id) > 0 then
+            left = 1
+          else
+            gid = nil
+          end
+        end
+      end
+      if left == 0 then
         code = -3
       else
         left_active = true
+        if gid then
+          group_release(k.g, gid, job_id, now)
+        end
         if kind == "C" or kind == "F" then
           if not trimmed then
             redis.call("XTRIM", k.events, "MAXLEN", "~", max_len)
@@ -410,9 +452,9 @@ if #items > 0 then
           finish(item, job_id, job_key, kind == "C", max_len)
           any_finished = true
         elseif kind == "R" then
-          retry_now(item, job_id, job_key, max_len)
+          retry_now(item, job_id, job_key, max_len, gid)
         else
-          move_to_delayed(item, job_id, job_key, max_len)
+          move_to_delayed(item, job_id, job_key, max_len, gid)
           any_delayed = true
         end
       end
@@ -450,8 +492,9 @@ if left_active and #fetched[1] == 0 then
   wake_if_slot_freed()
 end
 if any_finished and #fetched[1] == 0 and fetched[2] == 0 and fetched[3] == 0 then
-  if redis.call("LLEN", k.wait) == 0 and redis.call("LLEN", k.active) == 0
-    and redis.call("ZCARD", k.prioritized) == 0 then
+  if redis.call("LLEN", k.wait) == 0 and active_count(k) == 0
+    and redis.call("ZCARD", k.prioritized) == 0
+    and not (k.grouped and redis.call("ZCARD", k.g.waiting) > 0) then
     redis.call("XADD", k.events, "*", "event", "drained")
   end
 end

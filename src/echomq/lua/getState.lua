@@ -16,28 +16,33 @@
   Returns: "completed", "failed", "delayed", "prioritized", "active", "waiting" (for `wait`
   and the legacy `paused` list), "waiting-children", or "unknown" when no state holds the id.
   Errors: none. Needs Redis >= 6.0.6 (LPOS).
+
+  A grouped job (docs/protocol/groups.md) is looked for only when none of these holds the id
+  and its hash has `gid`: "waiting" in groups:waiting, "active" in groups:active, "delayed" in
+  groups:delayed (keys built from the prefix, KEYS[1] less its suffix "completed").
 ]]
+--@include "groups_admin"
 
 local id = ARGV[1]
-if redis.call("ZSCORE", KEYS[1], id) then
-  return "completed"
+-- KEYS[i] is searched with searched[i][1]; a hit names the state searched[i][2].
+local searched = {
+  {"ZSCORE", "completed"}, {"ZSCORE", "failed"}, {"ZSCORE", "delayed"}, {"ZSCORE", "prioritized"},
+  {"LPOS", "active"}, {"LPOS", "waiting"}, {"LPOS", "waiting"}, {"ZSCORE", "waiting-children"},
+}
+for i, search in ipairs(searched) do
+  if redis.call(search[1], KEYS[i], id) then
+    return search[2]
+  end
 end
-if redis.call("ZSCORE", KEYS[2], id) then
-  return "failed"
-end
-if redis.call("ZSCORE", KEYS[3], id) then
-  return "delayed"
-end
-if redis.call("ZSCORE", KEYS[4], id) then
-  return "prioritized"
-end
-if redis.call("LPOS", KEYS[5], id) then
-  return "active"
-end
-if redis.call("LPOS", KEYS[6], id) or redis.call("LPOS", KEYS[7], id) then
-  return "waiting"
-end
-if redis.call("ZSCORE", KEYS[8], id) then
-  return "waiting-children"
+local prefix = prefix_of(KEYS[1], "completed")
+if job_group(job_hash_key(prefix, id)) then
+  local g = group_keys(prefix)
+  if redis.call("ZSCORE", g.waiting, id) then
+    return "waiting"
+  elseif redis.call("LPOS", g.active, id) then
+    return "active"
+  elseif redis.call("ZSCORE", g.delayed, id) then
+    return "delayed"
+  end
 end
 return "unknown"

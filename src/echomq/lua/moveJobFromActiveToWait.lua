@@ -1,6 +1,7 @@
 --[[
   moveJobFromActiveToWait: a processor hit a manual rate limit; put its job back in front
-  (docs/protocol/scripts.md#script-moveJobFromActiveToWait). No attempt is counted.
+  (docs/protocol/scripts.md#script-moveJobFromActiveToWait). No attempt is counted. A grouped
+  job goes back to the front of its group (docs/protocol/groups.md#groups-rules).
 
   KEYS[1] prefix "P:Q:": the job key and its lock are built from it (includes/job_keys.lua)
   KEYS[2] active
@@ -20,6 +21,7 @@
 ]]
 --@include "common"
 --@include "job_keys"
+--@include "groups"
 
 local q = {
   prefix = KEYS[1], active = KEYS[2], wait = KEYS[3], stalled = KEYS[4], meta = KEYS[5],
@@ -42,7 +44,20 @@ if token ~= "0" then
     return -2
   end
 end
-if redis.call("LREM", q.active, 1, job_id) > 0 then
+local g = group_keys(q.prefix)
+local gid = redis.call("HGET", job_key, "gid")
+if gid and redis.call("LREM", g.active, 1, job_id) > 0 then
+  -- a grouped job: back to the front of its group (docs/protocol/groups.md#groups-rules)
+  redis.call("SREM", g.stalled, job_id)
+  group_release(g, gid, job_id, group_server_now())
+  group_place(g, job_id, gid, tonumber(redis.call("HGET", job_key, "priority")) or 0, true,
+    tonumber(redis.call("HGET", job_key, "timestamp")) or 0)
+  if not paused_or_maxed(q.meta, q.active) then
+    add_base_marker(q.marker)
+  end
+  redis.call("XADD", q.events, "MAXLEN", "~", max_events(q.meta), "*", "event", "waiting",
+    "jobId", job_id, "prev", "active")
+elseif redis.call("LREM", q.active, 1, job_id) > 0 then
   local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
   if priority > 0 then
     redis.call("ZADD", q.prioritized, score_str(priority * 4294967296), job_id)

@@ -26,9 +26,12 @@
   nor a hash is dangling: it is only removed from active (no event, and no write to its job
   key, which would create a partial hash). Then every active job becomes a suspect for the
   next check. Both arrays are empty when another check ran within the interval.
+  Grouped jobs (docs/protocol/groups.md#groups-rules) get the same treatment with
+  `groups:stalled` and `groups:active`; a recovered one returns to its group.
 ]]
 --@include "common"
 --@include "job_keys"
+--@include "groups"
 
 local q = {
   prefix = KEYS[1], stalled = KEYS[2], wait = KEYS[3], active = KEYS[4], stalled_check = KEYS[5],
@@ -42,8 +45,9 @@ local max_stalled = tonumber(ARGV[1])
 local max_len = max_events(q.meta)
 redis.call("XTRIM", q.events, "MAXLEN", "~", max_len)
 
--- Back to the front of wait, with the stalled counter, `defa` past the limit, and events.
-local function recover(job_key, id, blocked)
+-- Back to the front of wait (a grouped job: of its group), with the stalled counter, `defa`
+-- past the limit, and events.
+local function recover(job_key, id, blocked, g, gid)
   local stalled = redis.call("HINCRBY", job_key, "stc", 1)
   local rjk = redis.call("HGET", job_key, "rjk")
   local scheduled = rjk and (redis.call("EXISTS", scheduler_hash_key(q.prefix, rjk)) == 1
@@ -51,7 +55,12 @@ local function recover(job_key, id, blocked)
   if stalled > max_stalled and not scheduled then
     redis.call("HSET", job_key, "defa", ARGV[4])
   end
-  redis.call("RPUSH", q.wait, id)
+  if gid then
+    group_place(g, id, gid, tonumber(redis.call("HGET", job_key, "priority")) or 0, true,
+      tonumber(ARGV[2]))
+  else
+    redis.call("RPUSH", q.wait, id)
+  end
   if not blocked then
     add_base_marker(q.marker)
   end
@@ -83,8 +92,37 @@ if #suspects > 0 then
   end
 end
 
-local active = redis.call("LRANGE", q.active, 0, -1)
-for i = 1, #active, 7000 do
-  redis.call("SADD", q.stalled, unpack(active, i, math.min(i + 6999, #active)))
+-- Every job of `active_key` becomes a suspect (in `stalled_key`) for the next check.
+local function suspect_all(active_key, stalled_key)
+  local active = redis.call("LRANGE", active_key, 0, -1)
+  for i = 1, #active, 7000 do
+    redis.call("SADD", stalled_key, unpack(active, i, math.min(i + 6999, #active)))
+  end
+end
+
+suspect_all(q.active, q.stalled)
+
+local g = group_keys(q.prefix)
+if redis.call("EXISTS", g.state) == 1 then
+  local grouped = redis.call("SMEMBERS", g.stalled)
+  if #grouped > 0 then
+    redis.call("DEL", g.stalled)
+    local blocked = paused_or_maxed(q.meta, q.active)
+    for _, id in ipairs(grouped) do
+      local job_key = job_hash_key(q.prefix, id)
+      if redis.call("EXISTS", job_part_key(job_key, "lock")) == 0
+        and redis.call("LREM", g.active, 1, id) > 0 then
+        local gid = redis.call("HGET", job_key, "gid")
+        if not gid then
+          dangling[#dangling + 1] = id
+        else
+          group_release(g, gid, id, tonumber(ARGV[2]))
+          recover(job_key, id, blocked, g, gid)
+          recovered[#recovered + 1] = id
+        end
+      end
+    end
+  end
+  suspect_all(g.active, g.stalled)
 end
 return {recovered, dangling}

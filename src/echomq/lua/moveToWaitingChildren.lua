@@ -17,9 +17,12 @@
   Returns: 0 the job moved to waiting-children; 1 nothing to wait for (no pending child, or the
   child named is not pending), nothing written.
   Errors: -1 job missing, -9 the job has failed (fpof) children, -6 lock held by another token,
-  -2 lock missing, -3 job not in active. Nothing is written when it refuses.
+  -2 lock missing, -3 job not in active. Nothing is written when it refuses. A grouped job
+  leaves `groups:active` and frees its group's slot (docs/protocol/groups.md#groups-rules).
 ]]
+--@include "common"
 --@include "job_keys"
+--@include "groups"
 
 local q = {prefix = KEYS[1], active = KEYS[2], waiting_children = KEYS[3], stalled = KEYS[4],
   events = KEYS[5]}
@@ -51,7 +54,13 @@ if token ~= "0" then
 end
 -- The first write: refusing here leaves everything as it was.
 if redis.call("LREM", q.active, -1, job_id) == 0 then
-  return -3
+  local g = group_keys(q.prefix)
+  local gid = redis.call("HGET", job_key, "gid")
+  if not gid or redis.call("LREM", g.active, -1, job_id) == 0 then
+    return -3
+  end
+  redis.call("SREM", g.stalled, job_id)
+  group_release(g, gid, job_id, tonumber(now))
 end
 if token ~= "0" then
   redis.call("DEL", lock_key)

@@ -34,14 +34,18 @@
            `paused` event), else "0"
 
   Returns: 1 the budget was used up (call again); 0 done, the queue-level keys are gone.
-  Errors: -1 the queue is not paused (and ARGV[3] is "0"); -2 active jobs and no force.
-  Both are checked before anything is written.
+  Errors: -1 the queue is not paused (and ARGV[3] is "0"); -2 active jobs (in active or
+  groups:active) and no force. Both are checked before anything is written.
 
-  Order: active (locks DELed), delayed, repeat (with the repeat:<id> hashes), completed, wait,
-  paused, prioritized, failed; each job hard-removed (parent rule, dedup key). With budget
-  left, DEL events, delay, stalled-check, stalled, id, pc, marker, meta and the metrics keys.
-  Not touched: limiter, de:*/dn:* whose owner is already gone, and waiting-children and its
-  jobs, except a parent whose last pending child is removed here (deleted by the parent rule).
+  Order: active (locks DELed), groups:active (locks DELed), delayed, groups:delayed, repeat
+  (with the repeat:<id> hashes), completed, wait, paused, prioritized, groups:waiting, failed;
+  each job hard-removed (parent rule, dedup key). Then the group keys (docs/protocol/groups.md),
+  one budget unit per group: groups:wait:<gid> and groups:limit:<gid> of every group named in
+  groups, groups:limited, groups:ready or a field of groups:state. With budget left, DEL
+  events, delay, stalled-check, stalled, id, pc, marker, meta, the metrics keys and the fixed
+  group keys. Not touched: limiter and a groups:limit:<gid> of a group named nowhere (both
+  expire), de:*/dn:* whose owner is already gone, and waiting-children and its jobs, except a
+  parent whose last pending child is removed here (deleted by the parent rule).
 ]]
 --@include "remove_job"
 
@@ -53,13 +57,15 @@ local q = {
   metrics_completed = KEYS[19], metrics_completed_data = KEYS[20], metrics_failed = KEYS[21],
   metrics_failed_data = KEYS[22],
 }
+local g = group_keys(q.prefix)
 local budget = tonumber(ARGV[1])
 local paused = redis.call("HEXISTS", q.meta, "paused") == 1
 
 if not paused and ARGV[3] ~= "1" then
   return -1
 end
-if ARGV[2] ~= "force" and redis.call("LLEN", q.active) > 0 then
+if ARGV[2] ~= "force"
+  and (redis.call("LLEN", q.active) > 0 or redis.call("LLEN", g.active) > 0) then
   return -2
 end
 if not paused then
@@ -68,13 +74,12 @@ if not paused then
   redis.call("XADD", q.events, "*", "event", "paused")
 end
 
-local function take_list(key, drop_locks)
+-- Each call takes at most `budget` ids from the head of `key`, passes each to `remove` and
+-- reports whether the budget is used up.
+local function take_list(key, remove)
   local ids = redis.call("LRANGE", key, 0, budget - 1)
   for _, id in ipairs(ids) do
-    if drop_locks then
-      redis.call("DEL", job_part_key(job_hash_key(q.prefix, id), "lock"))
-    end
-    hard_remove_job(q, id)
+    remove(id)
   end
   if #ids > 0 then
     redis.call("LTRIM", key, #ids, -1)
@@ -83,32 +88,74 @@ local function take_list(key, drop_locks)
   return budget <= 0
 end
 
-local function take_zset(key)
+local function take_zset(key, remove)
   local ids = redis.call("ZRANGE", key, 0, budget - 1)
   zrem_ids(key, ids)
   for _, id in ipairs(ids) do
-    hard_remove_job(q, id)
+    remove(id)
   end
   budget = budget - #ids
   return budget <= 0
 end
 
-local function take_schedulers(key)
-  local ids = redis.call("ZRANGE", key, 0, budget - 1)
-  zrem_ids(key, ids)
-  for _, id in ipairs(ids) do
-    redis.call("DEL", scheduler_hash_key(q.prefix, id))
+local function drop_job(id)
+  hard_remove_job(q, id)
+end
+
+local function drop_active_job(id)
+  redis.call("DEL", job_part_key(job_hash_key(q.prefix, id), "lock"))
+  hard_remove_job(q, id)
+end
+
+local function drop_scheduler(id)
+  redis.call("DEL", scheduler_hash_key(q.prefix, id))
+end
+
+-- A group's own keys: its waiting jobs (already deleted), its counter and its rate window.
+local function drop_group(gid)
+  if gid ~= "" then
+    redis.call("DEL", group_wait_key(q.prefix, gid), group_run_key(q.prefix, gid),
+      group_limit_key(q.prefix, gid))
   end
-  budget = budget - #ids
+end
+
+-- The groups named by a field of groups:state ("a:<gid>", "p:<gid>", "c:<gid>",
+-- "r:<gid>"): their keys are dropped and the field deleted; "seq", "c" and "r" stay until the
+-- hash is deleted.
+local function take_group_fields()
+  local cursor = "0"
+  repeat
+    local reply = redis.call("HSCAN", g.state, cursor, "COUNT", budget)
+    cursor = reply[1]
+    local named = {}
+    for i = 1, #reply[2], 2 do
+      local field = reply[2][i]
+      local sep = string.find(field, ":", 1, true)
+      if sep then
+        drop_group(string.sub(field, sep + 1))
+        named[#named + 1] = field
+      end
+    end
+    if #named > 0 then
+      redis.call("HDEL", g.state, unpack(named))
+    end
+    budget = budget - #named
+  until cursor == "0" or budget <= 0
   return budget <= 0
 end
 
-if take_list(q.active, true) or take_zset(q.delayed) or take_schedulers(q["repeat"])
-  or take_zset(q.completed) or take_list(q.wait, false) or take_list(q.paused, false)
-  or take_zset(q.prioritized) or take_zset(q.failed) then
+if take_list(q.active, drop_active_job) or take_list(g.active, drop_active_job)
+  or take_zset(q.delayed, drop_job) or take_zset(g.delayed, drop_job)
+  or take_zset(q["repeat"], drop_scheduler) or take_zset(q.completed, drop_job)
+  or take_list(q.wait, drop_job) or take_list(q.paused, drop_job)
+  or take_zset(q.prioritized, drop_job) or take_zset(g.waiting, drop_job)
+  or take_zset(q.failed, drop_job) or take_zset(g.index, drop_group)
+  or take_zset(g.limited, drop_group) or take_list(g.ready, drop_group)
+  or take_group_fields() then
   return 1
 end
 
 redis.call("DEL", q.events, q.delay, q.stalled_check, q.stalled, q.id, q.pc, q.marker, q.meta,
-  q.metrics_completed, q.metrics_completed_data, q.metrics_failed, q.metrics_failed_data)
+  q.metrics_completed, q.metrics_completed_data, q.metrics_failed, q.metrics_failed_data,
+  g.index, g.ready, g.active, g.stalled, g.delayed, g.waiting, g.state, g.limited)
 return 0

@@ -12,19 +12,34 @@
   KEYS[9] marker
 
   ARGV[1] job id
+  ARGV[2] now (ms): when a grouped job becomes waiting
 
   Returns: 0.
-  Errors: -3 the job is not in `delayed`.
+  Errors: -3 the job is not in `delayed` (nor, grouped, in groups:delayed).
 
   Priority 0 goes to the back of `wait` (LPUSH), else to `prioritized` with a fresh counter;
-  `delay` is set to 0 and `timestamp` is kept.
+  `delay` is set to 0 and `timestamp` is kept. A grouped job (docs/protocol/groups.md), taken
+  from groups:delayed when `delayed` does not hold it, goes to its group instead (group_place,
+  by its priority; the group keys are built from the prefix, KEYS[1] less the job id).
 ]]
 --@include "common"
 --@include "requeue"
+--@include "groups_admin"
 
 local job_id = ARGV[1]
 if redis.call("ZREM", KEYS[2], job_id) == 0 then
-  return -3
+  local g = group_keys(prefix_of(KEYS[1], job_id))
+  local f = redis.call("HMGET", KEYS[1], "gid", "priority")
+  if not f[1] or redis.call("ZREM", g.delayed, job_id) == 0 then
+    return -3
+  end
+  group_place(g, job_id, f[1], tonumber(f[2]) or 0, false, tonumber(ARGV[2]))
+  if not paused_or_maxed(KEYS[4], KEYS[6]) then
+    add_base_marker(KEYS[9])
+  end
+  redis.call("XADD", KEYS[8], "*", "event", "waiting", "jobId", job_id, "prev", "delayed")
+  redis.call("HSET", KEYS[1], "delay", 0)
+  return 0
 end
 -- a pre-v6 "0:" delay marker at the head of wait would be served as a job id
 local head = redis.call("LINDEX", KEYS[3], 0)

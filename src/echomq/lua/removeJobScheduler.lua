@@ -14,7 +14,8 @@
 
   Effects: a next iteration still in `delayed` is deleted with a `removed` event (prev
   `delayed`, no MAXLEN); one already waiting or active is left to run once more (its
-  continuation finds no scheduler). The id leaves `repeat` and its hash is deleted.
+  continuation finds no scheduler). The id leaves `repeat` and its hash is deleted. A grouped
+  iteration (docs/protocol/groups.md) is looked for in `groups:delayed` as well.
 ]]
 --@include "remove_job"
 
@@ -23,8 +24,10 @@ local scheduler_id = ARGV[1]
 local millis = redis.call("ZSCORE", q["repeat"], scheduler_id)
 if millis then
   local pending = iteration_id(scheduler_id, millis)
-  if redis.call("ZREM", q.delayed, pending) == 1 then
-    local pending_key = job_hash_key(q.prefix, pending)
+  local pending_key = job_hash_key(q.prefix, pending)
+  local grouped = redis.call("HEXISTS", pending_key, "gid") == 1
+  if redis.call("ZREM", q.delayed, pending) == 1
+    or (grouped and redis.call("ZREM", group_keys(q.prefix).delayed, pending) == 1) then
     release_dedup_key(q.prefix, pending_key, pending)
     delete_job_keys(pending_key)
     redis.call("XADD", q.events, "*", "event", "removed", "jobId", pending, "prev", "delayed")

@@ -19,6 +19,7 @@
   ARGV[4] the previous state: "failed" or "completed"
   ARGV[5] "1" to reset attemptsMade (atm)
   ARGV[6] "1" to reset attemptsStarted (ats)
+  ARGV[7] now (ms): when a grouped job becomes waiting
 
   Returns: 1.
   Errors: -1 the job does not exist; -3 the job is not in KEYS[3].
@@ -26,10 +27,15 @@
   A child whose parent still exists goes back into the parent's `:dependencies` when its
   result is taken out of the parent's `:processed` (completed) or `:unsuccessful` / `:failed`
   (failed). stacktrace, stc and defa are left as they are.
+
+  A grouped job (its hash has `gid`; docs/protocol/groups.md) returns to its group
+  (group_place, by its priority, at the front of it with "RPUSH") instead of wait / prioritized;
+  the group keys are built from the prefix, KEYS[1] less the job id.
 ]]
 --@include "common"
 --@include "requeue"
 --@include "parents"
+--@include "groups_admin"
 
 local job_key = KEYS[1]
 local job_id = ARGV[1]
@@ -49,9 +55,18 @@ if ARGV[6] == "1" then
 end
 redis.call("HDEL", job_key, unpack(cleared))
 
-local priority = tonumber(redis.call("HGET", job_key, "priority")) or 0
-requeue_ready(KEYS[4], KEYS[8], KEYS[9], KEYS[7], paused_or_maxed(KEYS[5], KEYS[6]),
-  priority, job_id, ARGV[2])
+local f = redis.call("HMGET", job_key, "priority", "gid")
+local priority = tonumber(f[1]) or 0
+if f[2] then
+  group_place(group_keys(prefix_of(job_key, job_id)), job_id, f[2], priority,
+    ARGV[2] == "RPUSH", tonumber(ARGV[7]))
+  if not paused_or_maxed(KEYS[5], KEYS[6]) then
+    add_base_marker(KEYS[7])
+  end
+else
+  requeue_ready(KEYS[4], KEYS[8], KEYS[9], KEYS[7], paused_or_maxed(KEYS[5], KEYS[6]),
+    priority, job_id, ARGV[2])
+end
 
 reattach_child(job_key, ARGV[4])
 

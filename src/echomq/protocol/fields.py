@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import PayloadError
-
 # Job hash fields.
 NAME = "name"
 DATA = "data"
@@ -38,17 +36,13 @@ PARENT_KEY = "parentKey"
 PARENT = "parent"
 REPEAT_JOB_KEY = "rjk"
 DEDUP_ID = "deid"
+#: echomq's groups (docs/protocol/groups.md#groups-keys): the job's group id.
+GROUP = "gid"
 
-_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_encode = _encoder.encode
-
-
-def dumps(value: Any, what: str = "value") -> str:
-    """Encode ``value`` as compact JSON text; raise :class:`PayloadError` naming ``what``."""
-    try:
-        return _encode(value)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"{what} is not JSON-serialisable: {exc}") from None
+#: Encode a value as the protocol's JSON text: compact, UTF-8 (no ``\u`` escapes), no NaN or
+#: infinities. Raises ``TypeError`` or ``ValueError`` for a value that has no JSON text;
+#: ``echomq._json.dumps`` turns those into the package's ``PayloadError``.
+encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 loads = json.loads

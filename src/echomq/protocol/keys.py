@@ -9,9 +9,6 @@ queue land in one Redis Cluster hash slot; nothing is added or stripped.
 from __future__ import annotations
 
 import base64
-import functools
-
-from ..errors import InvalidQueueNameError
 
 #: Suffixes that name queue-level keys; a custom job id may not take one of these names.
 RESERVED_SUFFIXES: frozenset[str] = frozenset(
@@ -39,10 +36,43 @@ RESERVED_SUFFIXES: frozenset[str] = frozenset(
         "metrics",
         "de",
         "dn",
+        "groups",
+        "workers",
     }
 )
 
 DEFAULT_PREFIX = "bull"
+
+#: The keys every script that stores and places a new job writes, in its KEYS order: the id
+#: counter, meta, events and each structure the job may be placed in (``includes/enqueue.lua``).
+_ADD_KEYS: tuple[str, ...] = (
+    "id",
+    "meta",
+    "events",
+    "wait",
+    "active",
+    "prioritized",
+    "pc",
+    "delayed",
+    "marker",
+)
+
+#: The keys a script that removes jobs with ``remove_job_tree`` (``includes/remove_job.lua``)
+#: passes it, in its KEYS order: every structure a job may sit in (searched in this order), and
+#: what a released parent in the same queue needs.
+_REMOVE_KEYS: tuple[str, ...] = (
+    "completed",
+    "waiting_children",
+    "delayed",
+    "failed",
+    "prioritized",
+    "wait",
+    "paused",
+    "active",
+    "meta",
+    "events",
+    "marker",
+)
 
 #: The KEYS of the scripts that take their queue's keys in one fixed layout, as
 #: :class:`QueueKeys` attribute names; ``base`` is the prefix key ``P:Q:`` from which a script
@@ -50,34 +80,9 @@ DEFAULT_PREFIX = "bull"
 #: the same order. :attr:`QueueKeys.script_keys` holds them built once per queue, so a call
 #: costs no key building.
 SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
-    "addJob": (
-        "base",
-        "id",
-        "meta",
-        "events",
-        "wait",
-        "active",
-        "prioritized",
-        "pc",
-        "delayed",
-        "marker",
-        "completed",
-    ),
+    "addJob": ("base", *_ADD_KEYS, "completed"),
     # The first node's queue; other queues of a flow are derived from their node's prefix.
-    "addFlow": (
-        "base",
-        "id",
-        "meta",
-        "events",
-        "wait",
-        "active",
-        "prioritized",
-        "pc",
-        "delayed",
-        "marker",
-        "waiting_children",
-        "completed",
-    ),
+    "addFlow": ("base", *_ADD_KEYS, "waiting_children", "completed"),
     "finishAndFetch": (
         "base",
         "wait",
@@ -99,32 +104,8 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "metrics_failed",
         "metrics_failed_data",
     ),
-    "continueScheduler": (
-        "base",
-        "repeat",
-        "id",
-        "meta",
-        "events",
-        "wait",
-        "active",
-        "prioritized",
-        "pc",
-        "delayed",
-        "marker",
-    ),
-    "addJobScheduler": (
-        "base",
-        "repeat",
-        "id",
-        "meta",
-        "events",
-        "wait",
-        "active",
-        "prioritized",
-        "pc",
-        "delayed",
-        "marker",
-    ),
+    "continueScheduler": ("base", "repeat", *_ADD_KEYS),
+    "addJobScheduler": ("base", "repeat", *_ADD_KEYS),
     "removeJobScheduler": ("base", "repeat", "delayed", "events"),
     "extendLocks": ("base", "stalled"),
     "moveStalledJobsToWait": (
@@ -161,23 +142,7 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "failed",
         "delayed",
     ),
-    # Every structure a job may sit in (searched in this order), and what a released parent
-    # in the same queue needs.
-    "removeJob": (
-        "base",
-        "repeat",
-        "completed",
-        "waiting_children",
-        "delayed",
-        "failed",
-        "prioritized",
-        "wait",
-        "paused",
-        "active",
-        "meta",
-        "events",
-        "marker",
-    ),
+    "removeJob": ("base", "repeat", *_REMOVE_KEYS),
     # waiting-children: a hard removal takes a parent of the same queue out of it.
     "drain": ("base", "wait", "paused", "delayed", "prioritized", "repeat", "waiting_children"),
     # Every state clean accepts is declared; ARGV names the one a call cleans.
@@ -207,20 +172,11 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
         "marker",
         "events",
     ),
-    "removeUnprocessedChildren": (
-        "base",
-        "completed",
-        "waiting_children",
-        "delayed",
-        "failed",
-        "prioritized",
-        "wait",
-        "paused",
-        "active",
-        "meta",
-        "events",
-        "marker",
-    ),
+    "removeUnprocessedChildren": ("base", *_REMOVE_KEYS),
+    # Groups (docs/protocol/groups.md#groups-admin): the group keys are built from the prefix.
+    "setGroupSetting": ("base", "marker"),
+    "removeGroupJobs": ("base", "repeat", "waiting_children"),
+    "countGroupDelayed": ("base",),
     "obliterate": (
         "base",
         "meta",
@@ -248,21 +204,37 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def validate_queue_name(name: str) -> None:
-    """Raise :class:`InvalidQueueNameError` unless ``name`` is usable as a queue name."""
+def queue_name_problem(name: object) -> str | None:
+    """What makes ``name`` unusable as a queue name, or ``None`` when it is usable.
+
+    The protocol only says what is wrong; ``echomq._keys`` raises it as an exception.
+    """
     if not isinstance(name, str):
-        raise InvalidQueueNameError(f"queue name must be a str, got {type(name).__name__}")
+        return f"queue name must be a str, got {type(name).__name__}"
     if not name:
-        raise InvalidQueueNameError("queue name must not be empty")
+        return "queue name must not be empty"
     if ":" in name:
-        raise InvalidQueueNameError(
+        return (
             f"queue name {name!r} contains ':'; choose a name without colons "
             "(use braces, e.g. '{emails}', to pin a queue to one Redis Cluster slot)"
         )
+    return None
+
+
+def prefix_problem(prefix: object) -> str | None:
+    """What makes ``prefix`` unusable as a key prefix, or ``None`` when it is usable."""
+    if not isinstance(prefix, str) or not prefix:
+        return "prefix must be a non-empty str"
+    return None
 
 
 class QueueKeys:
-    """The key names of one queue. Instances are immutable and cached per (prefix, name)."""
+    """The key names of one queue. Instances are immutable.
+
+    Built as given, without checks: ``echomq._keys.queue_keys`` refuses a bad name or prefix
+    (:func:`queue_name_problem`, :func:`prefix_problem`) and caches one instance per
+    (prefix, name).
+    """
 
     __slots__ = (
         "active",
@@ -272,6 +244,14 @@ class QueueKeys:
         "delayed",
         "events",
         "failed",
+        "groups",
+        "groups_active",
+        "groups_delayed",
+        "groups_limited",
+        "groups_ready",
+        "groups_stalled",
+        "groups_state",
+        "groups_waiting",
         "id",
         "limiter",
         "marker",
@@ -292,12 +272,10 @@ class QueueKeys:
         "stalled_check",
         "wait",
         "waiting_children",
+        "workers",
     )
 
     def __init__(self, name: str, prefix: str = DEFAULT_PREFIX) -> None:
-        validate_queue_name(name)
-        if not isinstance(prefix, str) or not prefix:
-            raise InvalidQueueNameError("prefix must be a non-empty str")
         self.name = name
         self.prefix = prefix
         self.qualified = f"{prefix}:{name}"
@@ -325,6 +303,19 @@ class QueueKeys:
         self.metrics_failed = b + "metrics:failed"
         self.metrics_completed_data = self.metrics_completed + ":data"
         self.metrics_failed_data = self.metrics_failed + ":data"
+        #: echomq's groups (docs/protocol/groups.md#groups-keys); the scripts build these from
+        #: the prefix key (lua/includes/job_keys.lua, group_keys), the getters read them here
+        self.groups = b + "groups"
+        self.groups_ready = self.groups + ":ready"
+        self.groups_active = self.groups + ":active"
+        self.groups_stalled = self.groups + ":stalled"
+        self.groups_delayed = self.groups + ":delayed"
+        self.groups_waiting = self.groups + ":waiting"
+        self.groups_state = self.groups + ":state"
+        self.groups_limited = self.groups + ":limited"
+        #: echomq's worker registry (docs/protocol/workers.md#workers-keys): the index ZSET;
+        #: each worker's entry is :meth:`worker`
+        self.workers = b + "workers"
         #: script name -> its KEYS (see :data:`SCRIPT_KEY_LAYOUTS`)
         self.script_keys: dict[str, tuple[str, ...]] = {
             script: tuple(getattr(self, attr) for attr in layout)
@@ -370,6 +361,25 @@ class QueueKeys:
         (``fpof``), scored by the failure time (ms)."""
         return f"{self.base}{job_id}:unsuccessful"
 
+    def group_wait(self, gid: str) -> str:
+        """The ZSET ``groups:wait:<gid>``: group ``gid``'s waiting jobs."""
+        return f"{self.groups}:wait:{gid}"
+
+    def group_run(self, gid: str) -> str:
+        """The counter ``groups:run:<gid>``: twice group ``gid``'s active jobs, plus 1 while it
+        is in the rotation."""
+        return f"{self.groups}:run:{gid}"
+
+    def group_limit(self, gid: str) -> str:
+        """The ZSET ``groups:limit:<gid>``: group ``gid``'s rate entries (a slot per start,
+        free a window after its job ends)."""
+        return f"{self.groups}:limit:{gid}"
+
+    def worker(self, worker_id: str) -> str:
+        """The STRING ``workers:<id>``: worker ``worker_id``'s registry entry (JSON), which
+        expires unless the worker's heartbeat refreshes it."""
+        return f"{self.workers}:{worker_id}"
+
     def dedup(self, dedup_id: str) -> str:
         """The STRING ``de:<dedupId>``: the id of the job that owns that deduplication window."""
         return f"{self.base}de:{dedup_id}"
@@ -391,9 +401,3 @@ class QueueKeys:
 
     def __repr__(self) -> str:
         return f"QueueKeys({self.name!r}, prefix={self.prefix!r})"
-
-
-@functools.lru_cache(maxsize=1024)
-def queue_keys(name: str, prefix: str = DEFAULT_PREFIX) -> QueueKeys:
-    """Return the (cached) :class:`QueueKeys` of queue ``name`` under ``prefix``."""
-    return QueueKeys(name, prefix)

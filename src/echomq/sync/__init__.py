@@ -4,10 +4,10 @@ The blocking twin of :mod:`echomq.queue` (module-level functions and :class:`Que
 :class:`echomq.Job` and of :mod:`echomq.flows` (:class:`FlowProducer`), generated from them by
 ``scripts/unasync.py``: ``_api`` from ``echomq/queue.py``, ``_queue`` from ``echomq/_queue.py``,
 ``_job`` from ``echomq/_job.py``, ``_flows`` from ``echomq/flows.py`` (never edit those four by
-hand; ``scripts/check`` fails while they are stale). Each function or
-method builds the same :mod:`echomq._ops` operation as its async twin and runs it with
-``run_sync`` (or ``run_plan_sync``), so validation, keys, scripts and Redis effects are
-identical, and a refused call writes nothing. Nothing here creates, runs or looks up an event
+hand; ``scripts/check`` fails while they are stale). Each function or method builds the same
+:mod:`echomq._ops` operation as its async twin and runs it with the generated twin of
+``echomq._redis.run`` (``_redis/run_sync.py``), so validation, keys, scripts and Redis effects
+are identical, and a refused call writes nothing. Nothing here creates, runs or looks up an event
 loop: it is plain blocking redis-py, usable from any thread, including one that runs an event
 loop (where, like any blocking I/O, it holds that loop while it waits for Redis).
 
@@ -35,6 +35,11 @@ from ._api import (
     get_deduplication_job_id,
     get_global_concurrency,
     get_global_rate_limit,
+    get_group_concurrency,
+    get_group_job_counts,
+    get_group_jobs,
+    get_group_rate_limit,
+    get_groups,
     get_job,
     get_job_counts,
     get_job_logs,
@@ -48,17 +53,24 @@ from ._api import (
     is_paused,
     obliterate,
     pause,
+    pause_group,
     promote_jobs,
     rate_limit,
     remove,
     remove_deduplication_key,
     remove_global_concurrency,
     remove_global_rate_limit,
+    remove_group_concurrency,
+    remove_group_jobs,
+    remove_group_rate_limit,
     remove_rate_limit_key,
     resume,
+    resume_group,
     retry_jobs,
     set_global_concurrency,
     set_global_rate_limit,
+    set_group_concurrency,
+    set_group_rate_limit,
     trim_events,
 )
 from ._flows import FlowProducer, JobNode
@@ -81,6 +93,11 @@ __all__ = [
     "get_deduplication_job_id",
     "get_global_concurrency",
     "get_global_rate_limit",
+    "get_group_concurrency",
+    "get_group_job_counts",
+    "get_group_jobs",
+    "get_group_rate_limit",
+    "get_groups",
     "get_job",
     "get_job_counts",
     "get_job_logs",
@@ -94,16 +111,23 @@ __all__ = [
     "is_paused",
     "obliterate",
     "pause",
+    "pause_group",
     "promote_jobs",
     "rate_limit",
     "remove",
     "remove_deduplication_key",
     "remove_global_concurrency",
     "remove_global_rate_limit",
+    "remove_group_concurrency",
+    "remove_group_jobs",
+    "remove_group_rate_limit",
     "remove_rate_limit_key",
     "resume",
+    "resume_group",
     "retry_jobs",
     "set_global_concurrency",
     "set_global_rate_limit",
+    "set_group_concurrency",
+    "set_group_rate_limit",
     "trim_events",
 ]

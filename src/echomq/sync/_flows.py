@@ -1,5 +1,6 @@
-# Generated from src/echomq/flows.py by scripts/unasync.py: do not edit. Edit the source, then run
-# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+# Generated from src/echomq/flows.py by scripts/unasync.py: do not edit.
+# Edit the source, then run `python scripts/unasync.py` (scripts/check fails while this
+# file is stale).
 """``FlowProducer``: add trees of parent and child jobs atomically, and read them back.
 
 ``scripts/unasync.py`` generates ``echomq/sync/_flows.py`` (the blocking
@@ -21,14 +22,16 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from .._flow_job import FlowJob
+from .._keys import queue_keys
 from .._ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
 from .._ops.replicated import ReplicaWait, check_replicated
-from .._redis.connection import SyncConn, SyncConnection, check_cluster_flow
+from .._redis.connection_sync import SyncConn, SyncConnection
 from .._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
-from .._redis.server_checks import check_on_first_use_sync
+from .._redis.server_checks_sync import check_on_first_use_sync
+from .._redis.topology import check_cluster_flow
 from ..errors import ValidationError
 from ..options import Duration
-from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ..protocol.keys import DEFAULT_PREFIX
 from ._job import Job
 from ._queue import Acked, _added, _run_add
 

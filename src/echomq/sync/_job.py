@@ -1,5 +1,6 @@
-# Generated from src/echomq/_job.py by scripts/unasync.py: do not edit. Edit the source, then run
-# `python scripts/unasync.py` (scripts/check fails while this file is stale).
+# Generated from src/echomq/_job.py by scripts/unasync.py: do not edit.
+# Edit the source, then run `python scripts/unasync.py` (scripts/check fails while this
+# file is stale).
 """``Job``: the fields of :class:`~echomq.JobData` bound to a queue and a connection.
 
 ``scripts/unasync.py`` generates ``echomq/sync/_job.py`` (the blocking ``echomq.sync.Job``) from
@@ -17,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from .. import _ops as ops
 from .._job_model import JobData, JobState
+from .._json import dumps
 from .._ops import flows as flow_ops
 from .._ops import worker as wops
 from .._ops.flows import Dependencies, DependencyCounts, DependencyPage
@@ -29,7 +31,7 @@ from ..errors import (
     error_for_code,
 )
 from ..options import Duration, moment_to_ms, to_seconds
-from ..protocol import codes, fields
+from ..protocol import codes
 from ..protocol.keys import QueueKeys
 
 T = TypeVar("T")
@@ -133,7 +135,9 @@ class Job(JobData):
         lock = token or self._token or "0"
         now = ops.now_ms()
         delay = max(moment_to_ms(timestamp, "timestamp") - now, 0)
-        item = wops.finish_item(wops.DELAY, self.id, lock, delay_ms=delay, flag=True)
+        item = wops.finish_item(
+            wops.DELAY, self.id, lock, delay_ms=delay, flag=True, group=self.group
+        )
         params = wops.FetchParams(token_prefix="", lock_ms=0)
         reply = conn.run(wops.finish_and_fetch(keys, [item], 0, 0, params, now))
         ops.check_code(reply.codes[0], job_id=self.id, command="move_to_delayed", state="active")
@@ -172,10 +176,10 @@ class Job(JobData):
                 active; PendingChildrenError / FailedChildrenError: its children forbid it.
         """
         lock = self._lock(token)
-        text = fields.dumps(value, "return value")
+        text = dumps(value, "return value")
         keep = wops.keep_of(self.wire_options, completed=True)
         item = wops.finish_item(
-            wops.COMPLETE, self.id, lock, text, attempts=self.attempts, keep=keep
+            wops.COMPLETE, self.id, lock, text, attempts=self.attempts, keep=keep, group=self.group
         )
         self._finish(item, "move_to_completed")
         self.return_value = value
@@ -209,15 +213,26 @@ class Job(JobData):
         if delay is None:
             keep = wops.keep_of(self.wire_options, completed=False)
             item = wops.finish_item(
-                wops.FAIL, self.id, lock, reason, attempts=self.attempts, keep=keep, fields=update
+                wops.FAIL,
+                self.id,
+                lock,
+                reason,
+                attempts=self.attempts,
+                keep=keep,
+                fields=update,
+                group=self.group,
             )
             outcome = "failed"
         elif delay > 0:
-            item = wops.finish_item(wops.DELAY, self.id, lock, fields=update, delay_ms=delay)
+            item = wops.finish_item(
+                wops.DELAY, self.id, lock, fields=update, delay_ms=delay, group=self.group
+            )
             outcome = "delayed"
         else:
             lifo = self.wire_options.get("lifo") is True
-            item = wops.finish_item(wops.RETRY, self.id, lock, fields=update, flag=lifo)
+            item = wops.finish_item(
+                wops.RETRY, self.id, lock, fields=update, flag=lifo, group=self.group
+            )
             outcome = "retry"
         self._finish(item, "move_to_failed")
         self.failed_reason = reason
@@ -270,6 +285,24 @@ class Job(JobData):
         """Whether the job is in the failed state."""
         return self.get_state() is JobState.FAILED
 
+    def is_active(self) -> bool:
+        """Whether the job is in the active state (a worker holds it)."""
+        return self.get_state() is JobState.ACTIVE
+
+    def is_delayed(self) -> bool:
+        """Whether the job is in the delayed state."""
+        return self.get_state() is JobState.DELAYED
+
+    def is_waiting(self) -> bool:
+        """Whether the job is in the waiting state (the ``wait`` list, or ``paused`` while the
+        queue is paused); a prioritized job is not waiting, as in BullMQ's ``isWaiting``."""
+        return self.get_state() is JobState.WAITING
+
+    def is_waiting_children(self) -> bool:
+        """Whether the job is in the waiting-children state (a parent whose children are
+        pending)."""
+        return self.get_state() is JobState.WAITING_CHILDREN
+
     def refresh(self) -> None:
         """Read the job's fields again, in place.
 
@@ -298,6 +331,18 @@ class Job(JobData):
         """
         keys, conn = self._bound()
         return conn.run(ops.add_log(keys, self.id, line, self._keep_logs()))
+
+    def clear_logs(self, keep_logs: int | None = None) -> None:
+        """Delete the job's log lines, or keep only the newest ``keep_logs`` of them.
+
+        Args:
+            keep_logs: how many of the newest lines to keep; None or 0 deletes them all.
+
+        Raises:
+            ValidationError: ``keep_logs`` is not None or an int >= 0; nothing was deleted.
+        """
+        keys, conn = self._bound()
+        conn.run(ops.clear_logs(keys, self.id, keep_logs))
 
     def update_data(self, data: Any) -> None:
         """Replace the job's payload (no event is emitted).
@@ -403,6 +448,23 @@ class Job(JobData):
 
     # -- flows: this job as a parent ------------------------------------------------------
 
+    def remove_deduplication_key(self) -> bool:
+        """Close this job's deduplication window now, if this job still owns it.
+
+        A later add with the same deduplication id is then added instead of deduplicated. The
+        window of another job (one that took the id after this job's window closed) is left
+        alone, unlike :meth:`echomq.Queue.remove_deduplication_key`.
+
+        Returns:
+            True if the window was this job's and was closed; False if the job was added
+            without ``deduplication=``, or its window is closed or owned by another job.
+        """
+        if not self.deduplication_id:
+            return False
+        keys, conn = self._bound()
+        op = ops.remove_own_deduplication_key(keys, self.deduplication_id, self.id)
+        return conn.run(op)
+
     def get_children_values(self) -> dict[str, Any]:
         """The return values of this job's completed children.
 
@@ -469,15 +531,8 @@ class Job(JobData):
                 part is False.
         """
         keys, conn = self._bound()
-        op = flow_ops.get_dependencies(
-            keys,
-            self.id,
-            processed=processed,
-            unprocessed=unprocessed,
-            failed=failed,
-            ignored=ignored,
-        )
-        return conn.run(op)
+        parts = (processed, unprocessed, failed, ignored)
+        return conn.run(flow_ops.get_dependencies(keys, self.id, parts))
 
     def get_dependencies_count(
         self,
@@ -502,15 +557,8 @@ class Job(JobData):
             ValidationError: every part is False.
         """
         keys, conn = self._bound()
-        op = flow_ops.get_dependency_counts(
-            keys,
-            self.id,
-            processed=processed,
-            unprocessed=unprocessed,
-            failed=failed,
-            ignored=ignored,
-        )
-        return conn.run(op)
+        asked = (processed, unprocessed, failed, ignored)
+        return conn.run(flow_ops.get_dependency_counts(keys, self.id, asked))
 
     def move_to_waiting_children(
         self, token: str | None = None, *, child: Mapping[str, str] | None = None

@@ -11,6 +11,7 @@ fetching, wait a grace period, cancel and hand back). The package is split by jo
 - ``_finisher``: recording outcomes in batched finish calls that also take the next jobs;
 - ``_handback``: handing held jobs back to ``wait``;
 - ``_execute``: running one job's processor and turning what it did into an outcome;
+- ``_batches``: with ``batch=Batch(...)``, gathering jobs into one processor call;
 - ``_fetch`` (the marker wait), ``_locks``, ``_stalled``, ``_outages`` (riding through a busy,
   full or unreachable Redis), ``_schedulers``, ``_hooks``, ``_cancel`` (and its control
   channel), ``_manual`` (taking jobs by hand), ``_pool`` (``processes=N``), ``_timeouts``,
@@ -20,6 +21,7 @@ fetching, wait a grace period, cancel and hand back). The package is split by jo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import uuid
@@ -28,12 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from .._redis.connection import AsyncConn, AsyncConnection, check_cluster_keys
+from .._keys import queue_keys
+from .._redis.connection import AsyncConn, AsyncConnection
 from .._redis.fail_fast import connect_budget
+from .._redis.topology import check_cluster_keys
+from ..errors import InvalidOptionError
 from ..job import Job
 from ..options import Duration, WorkerOptions, WorkerOptionsDict, to_ms
 from ..protocol import codes
-from ..protocol.keys import DEFAULT_PREFIX, queue_keys
+from ..protocol.keys import DEFAULT_PREFIX
+from ..tasks._connection import resolve as resolve_connection
+from ..tasks._dispatch import TaskSource, dispatcher, select_queue
 from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
 from ._execute import Processor
@@ -74,11 +81,13 @@ class Worker(HooksMixin):
             ``processes=N`` in N child processes that import it by ``module:function``); its
             return value, which must be JSON-serialisable, becomes the job's return value. None for
             a worker that is never run, only used to take jobs by hand (:meth:`get_next_job`).
+            With ``batch=Batch(...)`` it takes a list of jobs and returns a list of results
+            (docs/workers.md, "Batches").
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed by the worker).
             The worker opens one more connection of its own for blocking.
         prefix: the key prefix.
         concurrency: how many jobs run at once (default: 1, or ``processes`` when that keyword
-            is given).
+            is given, or ``batch.size``; with ``batch``, at least ``batch.size``).
         backoff_strategy: handles custom ``backoff`` types; see :data:`BackoffStrategy`.
         options: a :class:`~echomq.WorkerOptions`; or give its fields as keywords.
         connect_timeout: fail fast: ``run()`` first checks, within this many seconds, that
@@ -123,7 +132,9 @@ class Worker(HooksMixin):
             and changes["processes"] > 0
         ):
             changes["concurrency"] = changes["processes"]
-        self.options = WorkerOptions(**{**_fields_of(base), **changes})
+        self.options = _batch_concurrency(
+            WorkerOptions(**{**_fields_of(base), **changes}), explicit=concurrency is not None
+        )
         if processor is not None and not callable(processor):
             raise TypeError("processor must be callable (or None, to take jobs by hand)")
         self._processor_path = (
@@ -146,12 +157,71 @@ class Worker(HooksMixin):
         #: the current run: made by run() as the worker starts running, kept once closed
         self._session: Session | None = None
 
+    @classmethod
+    def for_tasks(
+        cls,
+        tasks: TaskSource,
+        *,
+        queue: str | None = None,
+        connection: AsyncConnection | None = None,
+        **kwargs: Any,
+    ) -> Worker:
+        """A worker running tasks (``@echomq.task``): each job runs the task its name names.
+
+        A job whose name no task has fails at once, without retries, its reason listing the
+        known names; a job whose data does not fit the task's signature fails the same way,
+        naming the argument. One worker serves one queue: for tasks on several queues, build
+        one per queue from :func:`echomq.tasks_by_queue`.
+
+        Args:
+            tasks: tasks, or a module (its tasks are found among its attributes).
+            queue: the queue to serve (only its tasks are taken); None when all the tasks
+                share one queue.
+            connection: a ``redis.asyncio.Redis`` you own, or a URL; None: the tasks'
+                default (:func:`echomq.set_default_connection`, else ``ECHOMQ_REDIS_URL``).
+            **kwargs: the other arguments of :class:`Worker` (``prefix``, ``concurrency``,
+                ``options``, worker options...). The prefix is the tasks' unless given.
+
+        Raises:
+            InvalidOptionError: no task, none of ``queue``, or several queues and no
+                ``queue``.
+            ConnectionNotOpenError: no connection given, set or found in the environment.
+        """
+        name, chosen = select_queue(tasks, queue)
+        kwargs.setdefault("prefix", chosen[0].prefix)
+        conn = resolve_connection(connection, is_async=True)
+        return cls(name, dispatcher(chosen), connection=conn, **kwargs)
+
     # -- public lifecycle ----------------------------------------------------------------------
 
     @property
     def name(self) -> str:
         """The queue this worker processes."""
         return self._keys.name
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs this worker runs at once.
+
+        Settable at any time (BullMQ's ``worker.concurrency = n``): while running, a higher
+        value fills the new slots at the next fetch (at once), a lower one lets the running
+        jobs finish and fetches no more until fewer than the new value run. With
+        ``processes``, the pool keeps its size: jobs beyond it wait for a free child.
+
+        Raises:
+            InvalidOptionError: the value is not an int >= 1, or is below ``batch.size``
+                (nothing changes).
+        """
+        return self.options.concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidOptionError(f"concurrency must be an int >= 1, got {value!r}")
+        _batch_concurrency(dataclasses.replace(self.options, concurrency=value), explicit=True)
+        self.options = dataclasses.replace(self.options, concurrency=value)
+        if self._session is not None:
+            self._session.set_concurrency(self.options)
 
     @property
     def state(self) -> WorkerState:
@@ -271,17 +341,26 @@ class Worker(HooksMixin):
         self._hooks.emit("closed")
 
     async def pause(self, *, wait_for_active: bool = True) -> None:
-        """Stop taking new jobs in this worker only (nothing is written to Redis)."""
-        self._life.paused = True
+        """Stop taking new jobs in this worker only (nothing is written to Redis).
+
+        With ``wait_for_active``, return once the running jobs have finished. The ``paused``
+        hooks run then (at once without it); pausing a paused worker emits nothing again.
+        """
+        was_paused, self._life.paused = self._life.paused, True
         session = self._session
         if wait_for_active and session is not None and session.running:
             await asyncio.gather(*session.running.values(), return_exceptions=True)
+        if not was_paused:
+            self._hooks.emit("paused")
 
     def resume(self) -> None:
-        """Take jobs again after :meth:`pause`."""
+        """Take jobs again after :meth:`pause`; the ``resumed`` hooks run if it was paused."""
+        if not self._life.paused:
+            return
         self._life.paused = False
         if self._session is not None:
             self._session.wake_fetcher()
+        self._hooks.emit("resumed")
 
     async def rate_limit(self, duration: float) -> None:
         """Stop this queue's workers from taking jobs for ``duration`` seconds.
@@ -301,6 +380,10 @@ class Worker(HooksMixin):
         await asyncio.sleep(0)
         while self._life.state is WorkerState.NEW and not task.done():
             await asyncio.wait({task}, timeout=0.005)  # a fail-fast check takes a while
+        if self._life.state is not WorkerState.RUNNING:
+            # start-up failed or was closed: the state leaves NEW before run() has finished
+            # closing the connection, so wait for run() to end and raise what it raised
+            await asyncio.wait({task})
         if task.done() and not task.cancelled() and task.exception() is not None:
             task.result()  # the start-up error (connect_timeout)
         return self
@@ -410,6 +493,20 @@ class Worker(HooksMixin):
         """Whether a call meeting an outage should stop retrying (see ``HandBack.give_up``)."""
         session = self._session
         return session is not None and session.give_up()
+
+
+def _batch_concurrency(options: WorkerOptions, *, explicit: bool) -> WorkerOptions:
+    """``options`` with a concurrency of at least ``batch.size`` (docs/workers.md, "Batches"):
+    a lower one is raised to it, unless the caller gave it (``explicit``): then it is refused."""
+    batch = options.batch
+    if batch is None or options.concurrency >= batch.size:
+        return options
+    if explicit:
+        raise InvalidOptionError(
+            f"concurrency must be at least batch.size ({batch.size}) so that a batch can fill,"
+            f" got {options.concurrency}"
+        )
+    return dataclasses.replace(options, concurrency=batch.size)
 
 
 def _fields_of(options: WorkerOptions) -> dict[str, Any]:

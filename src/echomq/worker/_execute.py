@@ -15,13 +15,14 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .. import _ops as ops
 from .._job import Runner
+from .._json import dumps
 from .._ops import worker as wops
 from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
@@ -34,13 +35,7 @@ from ..errors import (
     WaitingChildrenError,
 )
 from ..job import Job, JobData
-from ..options import (
-    TELEMETRY_KEY,
-    WorkerOptions,
-    keep_jobs_to_wire,
-    retention_from_wire,
-    to_seconds,
-)
+from ..options import TELEMETRY_KEY, WorkerOptions, to_seconds
 from ..protocol import codes, fields
 from ..sync import Job as SyncJob
 from ..telemetry import JOB_ATTEMPT, JOB_ID, JOB_NAME, WORKER_ID, WORKER_NAME, Telemetry
@@ -179,15 +174,23 @@ class JobRunner:
         call = functools.partial(ctx.run, self._processor, blocking_job(job, loop))
         return await in_thread_within(call, timeout, job)
 
-    def _keep(self, job: Job, completed: bool) -> dict[str, int]:
-        wire_name = "removeOnComplete" if completed else "removeOnFail"
-        own = job.wire_options.get(wire_name)
-        if own is not None:
-            retention = retention_from_wire(own)
-            if retention is not None:
-                return keep_jobs_to_wire(retention)
+    def _final_item(
+        self, job: Job, token: str, value: str, *, completed: bool, update: Sequence[str] = ()
+    ) -> list[Any]:
+        """The item that moves ``job`` to completed (``value``: its return value JSON) or to
+        failed (``value``: the failed reason, ``update``: the fields recording the failure),
+        under the retention of the job's own option, else the worker's."""
         default = self._options.remove_on_complete if completed else self._options.remove_on_fail
-        return keep_jobs_to_wire(default)
+        return wops.finish_item(
+            wops.COMPLETE if completed else wops.FAIL,
+            job.id,
+            token,
+            value,
+            attempts=job.attempts,
+            keep=wops.keep_of(job.wire_options, completed, default),
+            fields=update,
+            group=job.group,
+        )
 
     def _failure_fields(self, job: Job, error: BaseException) -> tuple[str, str | None, list[str]]:
         """The failed reason, the traceback (None with ``stackTraceLimit`` 0: not even
@@ -208,20 +211,12 @@ class JobRunner:
         return (
             reason,
             trace,
-            [fields.FAILED_REASON, reason, fields.STACKTRACE, fields.dumps(stacktrace)],
+            [fields.FAILED_REASON, reason, fields.STACKTRACE, dumps(stacktrace)],
         )
 
     def _fail(self, job: Job, token: str, error: BaseException) -> Outcome:
         reason, trace, update = self._failure_fields(job, error)
-        item = wops.finish_item(
-            wops.FAIL,
-            job.id,
-            token,
-            reason,
-            attempts=job.attempts,
-            keep=self._keep(job, completed=False),
-            fields=update,
-        )
+        item = self._final_item(job, token, reason, completed=False, update=update)
         return Outcome(item, "failed", reason, error, trace)
 
     async def _traced_run(self, job: Job, token: str) -> Outcome:
@@ -258,7 +253,9 @@ class JobRunner:
         limit = self._options.max_started_attempts
         if limit is not None and job.attempts_started > limit:
             return self._fail(job, token, UnrecoverableError(codes.STARTED_TOO_MANY))
-        timeout = timeout_of(job, self._default_timeout)
+        # a batch worker's timeout applies to the batch call (the Batcher's own)
+        batched = self._options.batch is not None
+        timeout = None if batched else timeout_of(job, self._default_timeout)
         run = job._run
         if run is not None:
             if run.cancelled:  # cancelled before its processor started
@@ -292,18 +289,11 @@ class JobRunner:
             # the processor swallowed the CancelledError and returned: the cancel still wins
             return self._cancelled(job, token, JobCancelledError(run.reason, job_id=job.id))
         try:
-            value = fields.dumps(result, "return value")
+            value = dumps(result, "return value")
         except PayloadError as exc:
             return self._fail(job, token, UnrecoverableError(str(exc)))
         job.return_value = result
-        item = wops.finish_item(
-            wops.COMPLETE,
-            job.id,
-            token,
-            value,
-            attempts=job.attempts,
-            keep=self._keep(job, completed=True),
-        )
+        item = self._final_item(job, token, value, completed=True)
         return Outcome(item, "completed")
 
     def _cancelled(self, job: Job, token: str, error: JobCancelledError) -> Outcome:
@@ -346,10 +336,14 @@ class JobRunner:
             return self._fail(job, token, error)
         reason, trace, update = self._failure_fields(job, error)
         if delay > 0:
-            item = wops.finish_item(wops.DELAY, job.id, token, fields=update, delay_ms=delay)
+            item = wops.finish_item(
+                wops.DELAY, job.id, token, fields=update, delay_ms=delay, group=job.group
+            )
             return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)", error, trace)
         lifo = job.wire_options.get("lifo") is True
-        item = wops.finish_item(wops.RETRY, job.id, token, fields=update, flag=lifo)
+        item = wops.finish_item(
+            wops.RETRY, job.id, token, fields=update, flag=lifo, group=job.group
+        )
         return Outcome(item, "retry", reason, error, trace)
 
 

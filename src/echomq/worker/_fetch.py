@@ -33,7 +33,9 @@ class MarkerWaiter:
     comes first, :meth:`wait` returns and leaves the BZPOPMIN in flight (its own timeout ends
     it at most a tick later). The next call reads what it popped; if it pops a marker while
     nobody waits on it (the worker is busy), the marker is put back for the other idle workers
-    of the queue, which it would otherwise have kept from waking.
+    of the queue, which it would otherwise have kept from waking. A due time learnt while a
+    wait is under way (a finish call that took the last ready jobs) shortens that wait:
+    :meth:`due_by`.
     """
 
     def __init__(self, keys: QueueKeys, client: redis.asyncio.Redis, drain_delay: float) -> None:
@@ -46,14 +48,17 @@ class MarkerWaiter:
         self._drain_delay = drain_delay
         self._block: asyncio.Future[Any] | None = None  # the BZPOPMIN in flight, if any
         self._waiting = False  # wait() is reading self._block
+        self._deadline = 0.0  # when the wait under way returns at the latest (unix s)
+        self._nudge: asyncio.Future[None] | None = None  # set when that deadline moved earlier
         self._put_back: set[asyncio.Task[Any]] = set()
 
     async def wait(self, next_delayed_ms: int = 0) -> None:
         """Return when a job is (probably) ready, or after the drain delay / next due time."""
-        deadline = time.time() + self._drain_delay
+        self._deadline = time.time() + self._drain_delay
         if next_delayed_ms > 0:
-            deadline = min(deadline, next_delayed_ms / 1000)
+            self._deadline = min(self._deadline, next_delayed_ms / 1000)
         while True:
+            deadline = self._deadline
             if self._block is None:
                 timeout = min(max(deadline - time.time(), MIN_BLOCK), MAX_BLOCK)
                 command = ("BZPOPMIN", self._keys.marker, timeout)
@@ -62,10 +67,16 @@ class MarkerWaiter:
             left = deadline - time.time()
             if left > 0 and not block.done():
                 self._waiting = True
+                self._nudge = asyncio.get_running_loop().create_future()
                 try:
-                    await asyncio.wait({block}, timeout=left)
+                    await asyncio.wait(
+                        {block, self._nudge}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
                 finally:
                     self._waiting = False
+                    self._nudge = None
+                if self._deadline < deadline:  # due_by moved it earlier: wait again until then
+                    continue
             if not block.done():  # the due time came first: leave the block in flight
                 if time.time() >= deadline - 0.001:
                     block.add_done_callback(self._unread)
@@ -83,7 +94,16 @@ class MarkerWaiter:
             due = score / 1000
             if due <= time.time() + 0.001:
                 return
-            deadline = min(deadline, due)
+            self._deadline = min(self._deadline, due)
+
+    def due_by(self, next_delayed_ms: int) -> None:
+        """A delayed job falls due at ``next_delayed_ms`` (unix ms): a wait under way returns
+        then at the latest, instead of after the drain delay."""
+        due = next_delayed_ms / 1000
+        if next_delayed_ms > 0 and self._waiting and due < self._deadline:
+            self._deadline = due
+            if self._nudge is not None and not self._nudge.done():
+                self._nudge.set_result(None)
 
     def _unread(self, block: asyncio.Future[Any]) -> None:
         """A block left in flight ended: unless a wait() reads it, put back what it popped."""

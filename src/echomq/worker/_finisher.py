@@ -176,13 +176,10 @@ class Finisher:
         log = outages[0] if outages else None
         if reply is None:  # closing, and Redis stayed unavailable past the deadline
             for finished in batch:
-                session.held.pop(finished.token, None)
-                logger.error(
-                    "queue=%s job=%s outcome %s may not be recorded: Redis stayed unavailable "
-                    "(%s) until the worker had to close; the stalled check recovers the job",
-                    self._name,
-                    finished.job.id,
-                    finished.outcome.status,
+                self._give_up(
+                    finished,
+                    "may not be recorded: Redis stayed unavailable (%s) until the worker had to "
+                    "close; the stalled check recovers the job",
                     log.last_error if log is not None else "",
                 )
             return None
@@ -277,20 +274,26 @@ class Finisher:
             try:
                 reply = await session.call([finished.outcome.item], 0)
             except ResponseError as exc:
-                session.held.pop(finished.token, None)
-                logger.error(
-                    "queue=%s job=%s outcome %s not recorded (%s); the stalled check will "
-                    "recover the job",
-                    self._name,
-                    finished.job.id,
-                    finished.outcome.status,
-                    exc,
+                self._give_up(
+                    finished, "not recorded (%s); the stalled check will recover the job", exc
                 )
                 continue
             if reply is not None:
                 self._record(finished, reply.codes[0], after_error=True)
             else:
                 session.held.pop(finished.token, None)
+
+    def _give_up(self, finished: Finished, why: str, cause: object) -> None:
+        """Stop holding a job whose outcome could not be recorded (the stalled check recovers
+        it) and log an error: ``outcome <status>`` then ``why``, whose one ``%s`` is ``cause``."""
+        self._session.held.pop(finished.token, None)
+        logger.error(
+            "queue=%s job=%s outcome %s " + why,
+            self._name,
+            finished.job.id,
+            finished.outcome.status,
+            cause,
+        )
 
     def _report_refused(
         self, finished: Finished, code: int, cause: BaseException | None = None

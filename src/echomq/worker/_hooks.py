@@ -25,6 +25,7 @@ logger = logging.getLogger("echomq.worker")
 
 #: The events a worker reports to its hooks.
 HookEvent = Literal[
+    "ready",
     "active",
     "progress",
     "completed",
@@ -33,6 +34,8 @@ HookEvent = Literal[
     "drained",
     "error",
     "lock_renewal_failed",
+    "paused",
+    "resumed",
     "closing",
     "closed",
 ]
@@ -54,7 +57,7 @@ IdHook = Callable[[str], "None | Awaitable[None]"]
 IdsHook = Callable[[list[str]], "None | Awaitable[None]"]
 #: ``error``: ``fn(error)`` for an error of the worker itself (not of a processor).
 ErrorHook = Callable[[BaseException], "None | Awaitable[None]"]
-#: ``drained``, ``closing``, ``closed``: ``fn()``.
+#: ``ready``, ``drained``, ``paused``, ``resumed``, ``closing``, ``closed``: ``fn()``.
 PlainHook = Callable[[], "None | Awaitable[None]"]
 
 
@@ -156,18 +159,23 @@ class HooksMixin:
     def on(self, event: Literal["error"], callback: ErrorHook) -> ErrorHook: ...
     @overload
     def on(
-        self, event: Literal["drained", "closing", "closed"], callback: PlainHook
+        self,
+        event: Literal["ready", "drained", "paused", "resumed", "closing", "closed"],
+        callback: PlainHook,
     ) -> PlainHook: ...
     def on(self, event: str, callback: Callable[..., Any]) -> Callable[..., Any]:
         """Call ``callback`` at each ``event`` of this worker, after the callbacks registered
         before it; returns ``callback``.
 
-        Events and their callbacks: ``active(job)`` (its processor is about to run),
+        Events and their callbacks: ``ready()`` (the running worker connected and starts
+        fetching), ``active(job)`` (its processor is about to run),
         ``progress(job, progress)``, ``completed(job, return_value)`` and
         ``failed(job, error)`` (once recorded; ``failed`` for every failed attempt, retried
         or final, and for cancelled jobs), ``stalled(job_id)`` (this worker's stalled check
         moved a job back), ``lock_renewal_failed(job_ids)``, ``drained()`` (the queue has no
         job ready), ``error(exc)`` (the worker's own errors, not a processor's),
+        ``paused()`` (:meth:`pause` took effect, after the running jobs finished unless
+        ``wait_for_active=False``), ``resumed()`` (:meth:`resume` of a paused worker),
         ``closing()`` and ``closed()``. A callback runs on the worker's loop and should be
         quick; one returning an awaitable has it run as a task. Its exceptions are logged,
         never raised into the worker.

@@ -21,7 +21,9 @@ RUNNING -> CLOSING (``close()``), CLOSING -> CLOSED (the end of ``close()``).
 The invariant the table protects: **a job the worker holds keeps its lock renewed until its
 outcome is recorded or the job is handed back to ``wait``**, in every state a job can be held
 in. A worker that stopped renewing while it waited for its jobs would let another worker run
-them a second time.
+them a second time. The options ``skip_lock_renewal`` and ``skip_stalled_check`` (BullMQ's) turn
+the renewer and the stalled checker off for the whole run (``_session``): the user's choice,
+outside this table.
 """
 
 from __future__ import annotations

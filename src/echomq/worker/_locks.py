@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .._ops import worker as wops
 from .._redis.connection import AsyncConn
@@ -20,44 +21,36 @@ from ..protocol.keys import QueueKeys
 logger = logging.getLogger("echomq.worker")
 
 
+@dataclass(eq=False, slots=True)
 class LockRenewer:
     """Renews the locks returned by ``held()`` (token -> job id) every ``interval`` seconds."""
 
-    def __init__(
-        self,
-        keys: QueueKeys,
-        conn: AsyncConn,
-        held: Callable[[], dict[str, str]],
-        lock_ms: int,
-        interval: float,
-        on_lost: Callable[[list[str]], None] | None = None,
-    ) -> None:
-        self._on_lost = on_lost
-        self._keys = keys
-        self._conn = conn
-        self._held = held
-        self._lock_ms = lock_ms
-        self._interval = interval
+    keys: QueueKeys
+    conn: AsyncConn
+    held: Callable[[], dict[str, str]]
+    lock_ms: int
+    interval: float
+    on_lost: Callable[[list[str]], None] | None = None
 
     async def renew_once(self) -> list[str]:
         """Renew every held lock now; returns the ids whose lock was lost."""
-        held = self._held()
+        held = self.held()
         if not held:
             return []
         tokens = list(held)
-        op = wops.extend_locks(self._keys, [held[t] for t in tokens], tokens, self._lock_ms)
-        lost = await self._conn.run(op)
+        op = wops.extend_locks(self.keys, [held[t] for t in tokens], tokens, self.lock_ms)
+        lost = await self.conn.run(op)
         if lost:  # a job whose outcome was recorded meanwhile lost its lock on purpose
-            still, token_of = self._held(), {held[t]: t for t in tokens}
+            still, token_of = self.held(), {held[t]: t for t in tokens}
             lost = [job_id for job_id in lost if token_of.get(job_id) in still]
         for job_id in lost:
             logger.warning(
                 "queue=%s job=%s lock could not be renewed; another worker may take it",
-                self._keys.name,
+                self.keys.name,
                 job_id,
             )
-        if lost and self._on_lost is not None:
-            self._on_lost(lost)
+        if lost and self.on_lost is not None:
+            self.on_lost(lost)
         return lost
 
     async def run(self, keep_going: Callable[[], bool]) -> None:
@@ -67,8 +60,8 @@ class LockRenewer:
         milliseconds, backing off up to the renewal interval, so that a short outage does not
         eat the lock's remaining time.
         """
-        delay = self._interval
-        backoff = RetryBackoff(first=0.05, cap=self._interval)
+        delay = self.interval
+        backoff = RetryBackoff(first=0.05, cap=self.interval)
         failures = 0
         while keep_going():
             await asyncio.sleep(delay)
@@ -84,4 +77,4 @@ class LockRenewer:
                 continue
             failures = 0
             backoff.reset()
-            delay = self._interval
+            delay = self.interval

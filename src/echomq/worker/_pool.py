@@ -52,6 +52,8 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .._json import dumps
+from .._keys import queue_keys
 from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
     EchoMQError,
@@ -63,8 +65,6 @@ from ..errors import (
     UnrecoverableError,
 )
 from ..job import Job
-from ..protocol import fields
-from ..protocol.keys import queue_keys
 from ..sync import Job as SyncJob
 
 logger = logging.getLogger("echomq.worker")
@@ -144,7 +144,7 @@ def load_processor(path: str) -> Callable[[Any], Any]:
 
 
 def _send(conn: Connection, message: dict[str, Any]) -> None:
-    conn.send_bytes(fields.dumps(message, "message").encode())
+    conn.send_bytes(dumps(message, "message").encode())
 
 
 def _receive(conn: Connection) -> dict[str, Any]:
@@ -178,7 +178,7 @@ class ChildJob(SyncJob):
 
     def update_progress(self, progress: float | dict[str, Any]) -> None:
         """Record the job's progress (run by the worker) and emit a ``progress`` event."""
-        fields.dumps(progress, "progress")
+        dumps(progress, "progress")
         _call(self._pipe, "progress", progress)
         self.progress = progress
 
@@ -263,7 +263,7 @@ def child_main(path: str, conn: Connection, sys_path: list[str]) -> None:
             _send(conn, {"error": _error_message(exc, stacktrace_limit(job.wire_options) != 0)})
             continue
         try:
-            text = fields.dumps({"result": value}, "return value")
+            text = dumps({"result": value}, "return value")
         except PayloadError as exc:
             traced = stacktrace_limit(job.wire_options) != 0
             _send(conn, {"error": {**_error_message(exc, traced), "kind": "unrecoverable"}})
@@ -459,7 +459,7 @@ class ProcessPool:
             asyncio.CancelledError: cancelled (a timeout, or closing): the child is killed and
                 replaced.
         """
-        child = await self._take(fields.dumps({"job": job_message(job)}, "job").encode())
+        child = await self._take(dumps({"job": job_message(job)}, "job").encode())
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
         healthy = False
         try:

@@ -31,6 +31,7 @@ from ..options import WorkerOptions, to_ms, to_seconds
 from ..protocol.keys import QueueKeys
 from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
+from ._batches import Batcher
 from ._cancel import CLOSING_REASON, ControlListener, request_cancel
 from ._execute import REQUEUE, JobRunner, log_outcome
 from ._fetch import MarkerWaiter
@@ -41,6 +42,7 @@ from ._lifecycle import Lifecycle, WorkerState
 from ._locks import LockRenewer
 from ._outages import OutageLog, call_through_outages
 from ._pool import ProcessPool
+from ._registry import Heartbeat
 from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
 from ._startup import connect_when_reachable
@@ -50,8 +52,9 @@ from ._watchdog import LoopWatchdog
 logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
-#: Node's maximumRateLimitDelay: never sleep longer than this for a rate limit.
-MAX_RATE_LIMIT_DELAY = 30.0
+
+async def _skipped() -> None:
+    """A worker task that an option turned off."""
 
 
 class Session:
@@ -99,6 +102,10 @@ class Session:
         self._stalled_tokens: set[str] = set()
         self._stalled_calls = 0
         self._rate_limit_until = 0.0
+        # Node's maximumRateLimitDelay: never sleep longer than this for a rate limit
+        self._max_rate_limit_delay = to_seconds(
+            options.maximum_rate_limit_delay, "maximum_rate_limit_delay"
+        )
         self._empty_hint = False
         self._next_delayed = 0
         self._drained = False
@@ -112,7 +119,22 @@ class Session:
         self._executor = ThreadPoolExecutor(
             max_workers=options.concurrency, thread_name_prefix=f"echomq-{keys.name}"
         )
-        if not is_async and pool is None:  # know which threads outlive close()
+        self._batcher: Batcher | None = None
+        if options.batch is not None:  # the processor takes lists of jobs
+            if not is_async:  # know which threads outlive close()
+                processor = threads.wrap_batch(processor)
+            job_timeout = options.job_timeout
+            processor = self._batcher = Batcher(
+                processor,
+                options.batch,
+                is_async=is_async,
+                executor=self._executor,
+                default_timeout=(
+                    None if job_timeout is None else to_seconds(job_timeout, "job_timeout")
+                ),
+                queue=keys.name,
+            )
+        elif not is_async and pool is None:  # know which threads outlive close()
             processor = threads.wrap(processor)
         self.runner = JobRunner(
             processor,
@@ -154,11 +176,15 @@ class Session:
         )
         self._fetch_task = asyncio.create_task(self._fetch_loop(), name=f"echomq-fetch-{name}")
         self._finish_task = asyncio.create_task(self.finisher.run(), name=f"echomq-finish-{name}")
+        # skip_lock_renewal / skip_stalled_check: the task ends at once (it is awaited on close)
         self._renew_task = asyncio.create_task(
-            renewer.run(life.may_renew), name=f"echomq-locks-{name}"
+            _skipped() if opts.skip_lock_renewal else renewer.run(life.may_renew),
+            name=f"echomq-locks-{name}",
         )
         self._stalled_task = asyncio.create_task(
-            self._once_connected(lambda: checker.run(life.may_check_stalled)),
+            _skipped()
+            if opts.skip_stalled_check
+            else self._once_connected(lambda: checker.run(life.may_check_stalled)),
             name=f"echomq-stalled-{name}",
         )
         self._side_tasks = [
@@ -167,6 +193,25 @@ class Session:
             ),
             asyncio.create_task(self._watchdog.run(), name=f"echomq-watchdog-{name}"),
         ]
+        #: the registry heartbeat (docs/workers.md, "Listing workers"); None when turned off
+        self._heartbeat: Heartbeat | None = None
+        if opts.heartbeat_interval is not None:
+            self._heartbeat = beat = Heartbeat(
+                self.keys,
+                self.conn,
+                self._id,
+                opts.name,
+                self.keys.worker_client_name(opts.name),
+                to_seconds(opts.heartbeat_interval, "heartbeat_interval"),
+                concurrency=lambda: self.options.concurrency,
+                jobs=lambda: sorted(set(self.held.values())),
+            )
+            self._side_tasks.append(
+                asyncio.create_task(
+                    self._once_connected(lambda: beat.run(life.may_renew)),
+                    name=f"echomq-heartbeat-{name}",
+                )
+            )
 
     # -- what the worker asks of its run -------------------------------------------------------
 
@@ -192,6 +237,17 @@ class Session:
                 extra={"queue": self._name, "job_id": job_id, "status": "cancel-requested"},
             )
         return done
+
+    def set_concurrency(self, options: WorkerOptions) -> None:
+        """Run with ``options`` (only ``concurrency`` differs) from now on: :meth:`free_slots`
+        reads it, so more slots are filled by the next fetch, and fewer stop new fetches until
+        enough running jobs finish (none is interrupted)."""
+        self.options = options
+        # Threads start on demand up to the executor's bound: raise it with the slots (a bound
+        # above the slots does no harm: no more jobs than slots are ever submitted).
+        if options.concurrency > self._executor._max_workers:
+            self._executor._max_workers = options.concurrency
+        self.wake_fetcher()
 
     def wake_fetcher(self) -> None:
         """Make the fetch loop look again (a slot freed, a limit changed, resumed)."""
@@ -350,9 +406,13 @@ class Session:
                 self._execute(job), name=f"echomq-job-{fetched.id}"
             )
         if reply.rate_limit_ttl_ms > 0:
-            delay = min(reply.rate_limit_ttl_ms / 1000, MAX_RATE_LIMIT_DELAY)
+            delay = min(reply.rate_limit_ttl_ms / 1000, self._max_rate_limit_delay)
             self._rate_limit_until = time.monotonic() + delay
-        self._next_delayed = reply.next_delayed_ms
+        # A call that filled its count says nothing of the next due time (0): keep what an
+        # earlier call that ran dry said, which a wait on the empty hint may still need.
+        if reply.next_delayed_ms or not reply.jobs:
+            self._next_delayed = reply.next_delayed_ms
+            self._waiter.due_by(reply.next_delayed_ms)  # a wait under way ends then too
         return kept
 
     async def _idle(self, awaitable: Awaitable[T]) -> T:
@@ -382,6 +442,7 @@ class Session:
             return
         logger.info("worker %s started on queue %s (Redis at %s)", self._id, self._name, address)
         self._connected.set()
+        self.hooks.emit("ready")
         while life.may_fetch():
             try:
                 wait = self._rate_limit_until - time.monotonic()
@@ -497,7 +558,7 @@ class Session:
         # wait with a marker, which could wake this worker's own blocking fetch first, and a
         # worker without a limiter would otherwise take the job straight back.
         until = self._rate_limit_until
-        provisional = self._rate_limit_until = time.monotonic() + MAX_RATE_LIMIT_DELAY
+        provisional = self._rate_limit_until = time.monotonic() + self._max_rate_limit_delay
         try:
             ttl = await self.hand_back.return_to_wait(job.id, token, "rate limit")
         finally:
@@ -509,7 +570,7 @@ class Session:
         if ttl < 0:
             raise error_for_code(ttl, job_id=job.id, command="rate limit", state="active")
         if ttl > 0:
-            self._rate_limit_until = time.monotonic() + min(ttl / 1000, MAX_RATE_LIMIT_DELAY)
+            self._rate_limit_until = time.monotonic() + min(ttl / 1000, self._max_rate_limit_delay)
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -539,10 +600,14 @@ class Session:
         for token, task in list(self.running.items()):
             if task.done():  # cancelled before it ever ran
                 self.running.pop(token, None)
+        if self._batcher is not None:  # batch calls whose jobs are all gone
+            await self._batcher.aclose()
         finisher.kick()  # record what finished; the finisher returns once nothing is pending
         await asyncio.wait([self._finish_task], timeout=FINISH_DEADLINE + 1)
         await self._hand_back_held()
         await stop_tasks([self._fetch_task, self._finish_task, self._renew_task, *self._side_tasks])
+        if self._heartbeat is not None and self._connected.is_set():
+            await self._heartbeat.remove()
         await self._waiter.aclose()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.pool is not None:

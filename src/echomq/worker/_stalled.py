@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .._ops import now_ms
 from .._ops import worker as wops
@@ -20,22 +21,15 @@ from ..protocol.keys import QueueKeys
 logger = logging.getLogger("echomq.worker")
 
 
+@dataclass(eq=False, slots=True)
 class StalledChecker:
     """Runs the stalled check at start and then every ``interval`` seconds."""
 
-    def __init__(
-        self,
-        keys: QueueKeys,
-        conn: AsyncConn,
-        interval: float,
-        max_stalled_count: int,
-        on_recovered: Callable[[list[str]], None] | None = None,
-    ) -> None:
-        self._on_recovered = on_recovered
-        self._keys = keys
-        self._conn = conn
-        self._interval = interval
-        self._max = max_stalled_count
+    keys: QueueKeys
+    conn: AsyncConn
+    interval: float
+    max_stalled_count: int
+    on_recovered: Callable[[list[str]], None] | None = None
 
     async def check_once(self) -> list[str]:
         """Run one check; returns the ids moved back to wait.
@@ -44,10 +38,10 @@ class StalledChecker:
         WARNING each), not returned.
         """
         op = wops.move_stalled_jobs_to_wait(
-            self._keys, self._max, round(self._interval * 1000), now_ms()
+            self.keys, self.max_stalled_count, round(self.interval * 1000), now_ms()
         )
-        reply = await self._conn.run(op)
-        queue = self._keys.name
+        reply = await self.conn.run(op)
+        queue = self.keys.name
         for job_id in reply.recovered:
             logger.warning(
                 "queue=%s job=%s stalled (its worker lost the lock); moved back to wait",
@@ -67,8 +61,8 @@ class StalledChecker:
                     "structure": "active",
                 },
             )
-        if reply.recovered and self._on_recovered is not None:
-            self._on_recovered(reply.recovered)
+        if reply.recovered and self.on_recovered is not None:
+            self.on_recovered(reply.recovered)
         return reply.recovered
 
     async def run(self, keep_going: Callable[[], bool]) -> None:
@@ -78,11 +72,11 @@ class StalledChecker:
         eviction policy after the first, the clock skew after every one. They only log, and
         never delay a stalled check.
         """
-        server = ServerWatch(self._conn)
+        server = ServerWatch(self.conn)
         while keep_going():
             try:
                 await self.check_once()
             except TRANSIENT as exc:
                 logger.warning("stalled check failed (%s: %s)", type(exc).__name__, exc)
             await server.check()
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self.interval)

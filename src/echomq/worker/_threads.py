@@ -23,18 +23,27 @@ class ThreadTracker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[int, str] = {}  # thread ident -> job id
+        self._running: dict[int, tuple[str, ...]] = {}  # thread ident -> its job ids
 
     def wrap(self, processor: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """``processor`` (sync), recording each call's job while it runs."""
+        return self._tracked(processor, lambda job: (job.id,))
 
+    def wrap_batch(self, processor: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        """``processor`` (sync, given a list of jobs), recording each call's jobs while it
+        runs."""
+        return self._tracked(processor, lambda jobs: tuple(job.id for job in jobs))
+
+    def _tracked(
+        self, processor: Callable[[Any], Any], ids_of: Callable[[Any], tuple[str, ...]]
+    ) -> Callable[[Any], Any]:
         @functools.wraps(processor)
-        def tracked(job: Any) -> Any:
+        def tracked(arg: Any) -> Any:
             ident = threading.get_ident()
             with self._lock:
-                self._running[ident] = job.id
+                self._running[ident] = ids_of(arg)
             try:
-                return processor(job)
+                return processor(arg)
             finally:
                 with self._lock:
                     self._running.pop(ident, None)
@@ -44,4 +53,4 @@ class ThreadTracker:
     def running(self) -> list[str]:
         """The ids of the jobs whose sync processor is running now."""
         with self._lock:
-            return sorted(self._running.values())
+            return sorted(job_id for ids in self._running.values() for job_id in ids)

@@ -116,6 +116,7 @@ async def audit(
     expected: Mapping[str, Iterable[str]],
     *,
     absent: Iterable[str] = (),
+    attempts: Mapping[str, int] | None = None,
 ) -> Audit:
     """Check the queue against ``expected`` (job id -> the final states it may be in).
 
@@ -124,6 +125,8 @@ async def audit(
         queue: the queue.
         expected: every acknowledged job and the states it may end in.
         absent: ids that must be in no state at all (e.g. a dangling id the worker removed).
+        attempts: attemptsMade of a completed job, for the jobs where it is not 1 (a job that
+            failed an attempt and was retried).
     """
     found = await states(r, queue)
     result = Audit(found)
@@ -158,6 +161,9 @@ async def audit(
         h = result.hashes[job_id]
         if state == "completed" and h.get("returnvalue") != json.dumps(job_id):
             result.problems.append(f"job {job_id}: return value {h.get('returnvalue')!r}")
-        if state == "completed" and h.get("atm") != "1":
-            result.problems.append(f"job {job_id}: attemptsMade {h.get('atm')!r}, expected '1'")
+        made = str((attempts or {}).get(job_id, 1))
+        if state == "completed" and h.get("atm") != made:
+            result.problems.append(
+                f"job {job_id}: attemptsMade {h.get('atm')!r}, expected {made!r}"
+            )
     return result

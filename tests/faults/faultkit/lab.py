@@ -294,17 +294,20 @@ class Run:
         expected: Mapping[str, Iterable[str]] | None = None,
         *,
         absent: Iterable[str] = (),
+        attempts: Mapping[str, int] | None = None,
     ) -> Audit:
         """Stop the workers, audit Redis and the ledger, fill in the row.
 
         Args:
             expected: final states allowed per job; default: every acknowledged job completed.
             absent: ids that must be in no state at the end.
+            attempts: attemptsMade of the completed jobs where it is not 1 (see
+                :func:`~faultkit.audit.audit`).
         """
         await self.workers.stop_supervising()
         if expected is None:
             expected = dict.fromkeys(self.producer.acked, COMPLETED)
-        result = await audit(self.r, self.queue, expected, absent=absent)
+        result = await audit(self.r, self.queue, expected, absent=absent, attempts=attempts)
         self.audit = result
         extra = {j: n - 1 for j, n in self.ledger.starts().items() if n > 1}
         self.row.jobs = len(expected)

@@ -5,7 +5,9 @@ does to Redis or to the worker (a SIGKILLed worker's ``start`` line is already o
 line is ``<job id> <pid> <event> <unix ms>``; ``event`` is ``start`` (the processor began) or
 ``finish`` (the processor returned; the outcome may not be recorded in Redis yet). Writers
 open the file with ``O_APPEND`` and write each line with one ``write()``, so lines of
-concurrent processes never interleave.
+concurrent processes never interleave. A grouped job's lines carry a fifth field, its group as
+the processor saw it (percent-encoded, so it holds no space): ``<job id> <pid> <event> <unix
+ms> <group>``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 START = "start"
 FINISH = "finish"
@@ -28,6 +31,7 @@ class Entry:
     pid: int
     event: str
     t_ms: float
+    group: str | None = None
 
 
 class LedgerWriter:
@@ -36,8 +40,9 @@ class LedgerWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def write(self, job_id: str, event: str) -> None:
-        line = f"{job_id} {os.getpid()} {event} {time.time() * 1000:.1f}\n"
+    def write(self, job_id: str, event: str, group: str | None = None) -> None:
+        tail = "" if group is None else f" {quote(group, safe='')}"
+        line = f"{job_id} {os.getpid()} {event} {time.time() * 1000:.1f}{tail}\n"
         os.write(self._fd, line.encode())
 
     def close(self) -> None:
@@ -54,10 +59,12 @@ class Ledger:
     def entries(self) -> list[Entry]:
         """Every complete line, in file order."""
         out = []
-        for line in self.path.read_text().splitlines():
+        # a line being written has no newline yet: it is skipped (the last piece)
+        for line in self.path.read_text().split("\n")[:-1]:
             parts = line.split(" ")
-            if len(parts) == 4:  # a line being written has no newline yet: it is skipped
-                out.append(Entry(parts[0], int(parts[1]), parts[2], float(parts[3])))
+            if len(parts) in (4, 5):
+                group = unquote(parts[4]) if len(parts) == 5 else None
+                out.append(Entry(parts[0], int(parts[1]), parts[2], float(parts[3]), group))
         return out
 
     def starts(self) -> Counter[str]:

@@ -12,7 +12,8 @@
 // The processor is the same as faultkit/proc.py: it appends "<job id> <pid> start <ms>" to the
 // ledger (one write on an O_APPEND descriptor), sleeps data.ms, blocks the event loop
 // data.block_ms (only on the first start with data.block_first), kills its own process for
-// data.poison ("kill": SIGKILL, "exit": exit code 3), appends "finish" and returns the job id.
+// data.poison ("kill": SIGKILL, "exit": exit code 3), appends "finish" and returns the job id,
+// or with data.fail_first throws on the first attempt (attemptsMade 0), after "finish".
 // SIGTERM or SIGINT closes the worker gracefully (running jobs finish) and exits 0.
 // Diagnostics go to stderr.
 
@@ -45,6 +46,9 @@ async function processor(job) {
   const block = Number(spec.block_ms ?? 0);
   if (block && (!spec.block_first || job.attemptsStarted <= 1)) blockFor(block);
   record(job.id, 'finish');
+  if (spec.fail_first && job.attemptsMade === 0) {
+    throw new Error(`job ${job.id} fails its first attempt (fail_first)`);
+  }
   return job.id;
 }
 

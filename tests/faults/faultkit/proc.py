@@ -14,8 +14,13 @@ for BullMQ, so both sides see the same workload. The job data steers each run:
 ``poison``
     ``"kill"``: the process SIGKILLs itself; ``"exit"``: it calls ``os._exit(3)``. Either
     way, after writing the ``start`` line, on every run.
+``fail_first``
+    raise on the job's first attempt (``attempts_made == 0``), after the sleep and the
+    ``finish`` line (the processor returned, with an error): with ``attempts`` >= 2 the job is
+    retried, at once or after its backoff.
 
-It returns the job id, so the audit can check each return value.
+It returns the job id, so the audit can check each return value. A grouped job's ledger lines
+carry its group, as the worker gave it to the processor (``job.options.group``).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ def _ledger() -> LedgerWriter:
 async def process(job: Job) -> Any:
     """Record the start, behave as the job data says, record the finish."""
     spec = job.data if isinstance(job.data, dict) else {}
+    group = job.options.group if isinstance(job.options.group, str) else None
     ledger = _ledger()
-    ledger.write(job.id, START)
+    ledger.write(job.id, START, group)
     poison = spec.get("poison")
     if poison == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -56,5 +62,7 @@ async def process(job: Job) -> Any:
     block = float(spec.get("block_ms", 0)) / 1000
     if block and (not spec.get("block_first") or job.attempts_started <= 1):
         time.sleep(block)  # blocking the loop is the point
-    ledger.write(job.id, FINISH)
+    ledger.write(job.id, FINISH, group)
+    if spec.get("fail_first") and job.attempts_made == 0:
+        raise RuntimeError(f"job {job.id} fails its first attempt (fail_first)")
     return job.id

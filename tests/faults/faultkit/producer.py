@@ -85,16 +85,29 @@ class Producer:
             self.acked[jid] = time.time()
             return jid
 
-    async def add_many(self, n: int, data: Callable[[int], dict[str, Any]]) -> list[str]:
-        """Add ``n`` jobs one after another; ``data(i)`` gives the i-th job's data."""
-        return [await self.add(data(i)) for i in range(n)]
+    async def add_many(
+        self,
+        n: int,
+        data: Callable[[int], dict[str, Any]],
+        options: Callable[[int], dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """Add ``n`` jobs one after another; ``data(i)`` gives the i-th job's data and
+        ``options(i)`` its options (e.g. ``group``), if given."""
+        return [await self.add(data(i), **(options(i) if options else {})) for i in range(n)]
 
-    def stream(self, n: int, data: Callable[[int], dict[str, Any]], every: float) -> None:
-        """Add ``n`` jobs in the background, one every ``every`` seconds (see :meth:`join`)."""
+    def stream(
+        self,
+        n: int,
+        data: Callable[[int], dict[str, Any]],
+        every: float,
+        options: Callable[[int], dict[str, Any]] | None = None,
+    ) -> None:
+        """Add ``n`` jobs in the background, one every ``every`` seconds (see :meth:`join`);
+        ``options`` as in :meth:`add_many`."""
 
         async def run() -> None:
             for i in range(n):
-                await self.add(data(i))
+                await self.add(data(i), **(options(i) if options else {}))
                 await asyncio.sleep(every)
 
         self._tasks.append(asyncio.create_task(run(), name="faults-producer"))

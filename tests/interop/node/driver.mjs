@@ -12,7 +12,8 @@
 // Anything else written with console.log goes to stderr so stdout stays clean.
 
 import {
-  Queue, Worker, QueueEvents, FlowProducer, Job, UnrecoverableError, WaitingChildrenError,
+  Queue, Worker, QueueEvents, QueueEventsProducer, FlowProducer, Job, UnrecoverableError,
+  WaitingChildrenError,
 } from 'bullmq';
 import IORedis from 'ioredis';
 
@@ -345,6 +346,22 @@ commands.xrange = async args => {
     return entries.map(([id, flat]) => [id, fieldsToObject(flat)]);
   } finally {
     client.disconnect();
+  }
+};
+
+// QueueEventsProducer.publishEvent({eventName, ...args.fields}, args.maxEvents).
+commands.publishEvent = async args => {
+  const producer = new QueueEventsProducer(args.queue, {
+    connection: connectionFromUrl(args.url),
+    prefix: args.prefix ?? 'bull',
+  });
+  producer.on('error', () => {});
+  try {
+    const payload = { eventName: args.eventName, ...(args.fields ?? {}) };
+    await producer.publishEvent(payload, ...(args.maxEvents === undefined ? [] : [args.maxEvents]));
+    return null;
+  } finally {
+    await withDeadline(producer.close(), 3000);
   }
 };
 

@@ -6,10 +6,15 @@ jobs (:mod:`echomq.contrib.django.worker`, started by ``manage.py echomq_worker`
 
 Django makes one backend instance per thread (``task_backends`` is a connection handler); each
 opens one ``redis.Redis`` client on first use, closed by :meth:`EchoMQBackend.close`.
+
+With ``ENQUEUE_ON_COMMIT``, ``enqueue`` checks the task and its arguments at once and returns
+its result, but writes the job from ``transaction.on_commit``: a transaction that rolls back
+enqueues nothing, and no worker can take the job before the rows it needs are committed.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -18,16 +23,18 @@ from typing import Any
 import redis
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.tasks import DEFAULT_TASK_QUEUE_NAME
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils.crypto import get_random_string
 
+from ..._keys import queue_keys
 from ..._redis import topology
 from ...errors import EchoMQError
 from ...options import JobOptions
-from ...protocol.keys import DEFAULT_PREFIX, queue_keys
+from ...protocol.keys import DEFAULT_PREFIX
 from ...sync import Queue, client_from_url
 from ._results import (
     build_result,
@@ -53,8 +60,14 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
             ``remove_on_complete``, ...; see :class:`echomq.JobOptions`). A job removed on
             completion has no result to read.
 
+    ``ENQUEUE_ON_COMMIT`` (next to ``BACKEND``, ``QUEUES`` and ``OPTIONS``; default False):
+    True writes each job when the default database's current transaction commits
+    (``transaction.on_commit``; at once outside a transaction); a rollback enqueues nothing.
+    The returned result has its id at once, its ``enqueued_at`` once the job is written.
+
     Raises:
-        ImproperlyConfigured: an unknown option, or a queue name echomq refuses.
+        ImproperlyConfigured: an unknown option, ``ENQUEUE_ON_COMMIT`` not a bool, or a queue
+            name echomq refuses.
     """
 
     supports_defer = True
@@ -71,6 +84,12 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
                 f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
                 f"EchoMQBackend takes {', '.join(_OPTION_NAMES)}"
             )
+        on_commit = params.get("ENQUEUE_ON_COMMIT", False)
+        if not isinstance(on_commit, bool):
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['ENQUEUE_ON_COMMIT'] must be True or False, got {on_commit!r}"
+            )
+        self.enqueue_on_commit: bool = on_commit
         self.url: str = options.get("url") or DEFAULT_URL
         self.prefix: str = options.get("prefix") or DEFAULT_PREFIX
         self.default_queue: str = options.get("queue") or DEFAULT_TASK_QUEUE_NAME
@@ -141,7 +160,8 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
             raise InvalidTask(str(exc)) from exc
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        """Add the task as one echomq job and return its ``TaskResult`` (status ``READY``).
+        """Add the task as one echomq job and return its ``TaskResult`` (status ``READY``);
+        with ``ENQUEUE_ON_COMMIT``, add it when the current transaction commits.
 
         Raises:
             InvalidTask: the task does not pass :meth:`validate_task`.
@@ -155,6 +175,14 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
         result = build_result(
             task, rid=result_id(queue.name, job_id), args=args, kwargs=kwargs, backend=self.alias
         )
+        write = functools.partial(self._write, queue, task, job_id, result)
+        if self.enqueue_on_commit:
+            transaction.on_commit(write)
+        else:
+            write()
+        return result
+
+    def _write(self, queue: Queue, task: Any, job_id: str, result: Any) -> None:
         job = queue.add(
             task.module_path,
             {"args": result.args, "kwargs": result.kwargs},
@@ -164,11 +192,13 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
         )
         object.__setattr__(result, "enqueued_at", job.timestamp)
         task_enqueued.send(type(self), task_result=result)
-        return result
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        """:meth:`enqueue` in a worker thread (any thread: the client is thread-safe)."""
-        return await sync_to_async(self.enqueue, thread_sensitive=False)(task, args, kwargs)
+        """:meth:`enqueue` in a worker thread (any thread: the client is thread-safe; with
+        ``ENQUEUE_ON_COMMIT``, the thread of the caller's database connection)."""
+        return await sync_to_async(self.enqueue, thread_sensitive=self.enqueue_on_commit)(
+            task, args, kwargs
+        )
 
     def get_result(self, result_id: Any) -> Any:
         """Read a task's result from Redis.

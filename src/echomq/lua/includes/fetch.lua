@@ -1,7 +1,8 @@
 -- Taking jobs for a worker: promotion of due delayed jobs, rate limit, global concurrency,
--- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common" and
--- "job_keys"; `k` holds the queue's declared keys (prefix, wait, active, prioritized, pc,
--- delayed, events, marker, meta, limiter).
+-- and "prepare for processing" (lock, `active` event, processedOn, ats). Needs "common",
+-- "job_keys" and "groups"; `k` holds the queue's declared keys (prefix, wait, active,
+-- prioritized, pc, delayed, events, marker, meta, limiter) and `k.g`, its group keys, with
+-- `k.grouped` true when the queue has ever had a grouped job (else no group key is read).
 --
 -- Dangling ids (an id in wait, prioritized or delayed whose job hash does not exist) are
 -- dropped from their structure instead of being moved on: writing the lock, processedOn or
@@ -46,6 +47,26 @@ local function promote_due_delayed(k, now, blocked)
   end
 end
 
+-- The grouped counterpart: due grouped delayed jobs, and groups whose rate window ended.
+local function promote_due_grouped(k, now, blocked)
+  local moved = group_reopen(k.g, now)
+  moved = moved + group_promote_due(k.g, k.events, now, function(id)
+    drop_dangling(id, "delayed")
+  end)
+  if moved > 0 and not blocked then
+    add_base_marker(k.marker)
+  end
+end
+
+-- Jobs being processed, grouped ones included (for the global concurrency).
+local function active_count(k)
+  local n = redis.call("LLEN", k.active)
+  if k.grouped then
+    n = n + redis.call("LLEN", k.g.active) + #k.g.taken
+  end
+  return n
+end
+
 -- Pop the next job id into active: the tail of wait first, then the lowest score of
 -- prioritized. Returns the id, the structure it came from (nil when both are empty) and, from
 -- prioritized, its score.
@@ -66,6 +87,51 @@ local function pop_next_id(k_wait, k_active, k_prioritized, k_pc)
   end
   redis.call("DEL", k_pc)
   return nil
+end
+
+-- The next job id: with groups in the rotation, the rotation's next member that has one (a
+-- group, or "" for the ungrouped jobs); else the ungrouped jobs alone. Returns the id, its
+-- structure ("wait", "prioritized" or "group"; nil when nothing may run), its score, and the
+-- group of a grouped job (it is then in g.active).
+local function pop_next(k, now)
+  -- the next member moves from the tail to the head, the back of the line
+  local gid = k.grouped and redis.call("RPOPLPUSH", k.g.ready, k.g.ready)
+  if not gid then -- no group in the rotation
+    return pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+  end
+  -- The first member met usually has a job; when it has none, the rest of the rotation is met
+  -- once at most (LLEN: no member joins during a fetch), so the loop ends.
+  local n = nil
+  local i = 0
+  while true do
+    if i > 0 then
+      gid = redis.call("RPOPLPUSH", k.g.ready, k.g.ready)
+      if not gid then
+        return nil
+      end
+    end
+    if gid == "" then
+      if redis.call("LLEN", k.g.ready) == 1 then -- no group left in the rotation
+        redis.call("LPOP", k.g.ready)
+      end
+      if redis.call("EXISTS", k.wait, k.prioritized) > 0 then
+        local id, source, score = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+        if id then
+          return id, source, score
+        end
+      end
+    else
+      local id, score = group_take(k.g, gid, now)
+      if id then
+        return id, "group", score, gid
+      end
+    end
+    n = n or redis.call("LLEN", k.g.ready)
+    i = i + 1
+    if i > n then
+      return nil
+    end
+  end
 end
 
 -- The rate-limit TTL when the window is full, else 0 (an expired window is deleted).
@@ -116,11 +182,13 @@ end
 
 -- Put the jobs set aside back where they were taken from, in their order (the first taken
 -- served next again).
-local function put_back(k, aside)
+local function put_back(k, aside, now)
   for j = #aside, 1, -1 do
     local entry = aside[j]
     if entry[2] == "wait" then
       redis.call("RPUSH", k.wait, entry[1])
+    elseif entry[2] == "group" then
+      group_put_back(k.g, entry[4], entry[1], entry[3], now)
     else
       redis.call("ZADD", k.prioritized, entry[3], entry[1])
     end
@@ -145,8 +213,11 @@ local function fetch_jobs(k, now, count, w)
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
   local concurrency = tonumber(meta[2])
   local blocked = meta[1] ~= false
-    or (concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency)
+    or (concurrency ~= nil and active_count(k) >= concurrency)
   promote_due_delayed(k, now, blocked)
+  if k.grouped then
+    promote_due_grouped(k, now, blocked)
+  end
 
   local max_jobs = tonumber(meta[3]) or w.limiter_max
   local duration = w.limiter_duration or tonumber(meta[4])
@@ -160,9 +231,10 @@ local function fetch_jobs(k, now, count, w)
   end
   local aside = {}
   local may_take_stalled = not w.runs_stalled
+  local dry = false -- nothing more was ready
   local i = 1
   while i <= count do
-    if concurrency ~= nil and redis.call("LLEN", k.active) >= concurrency then
+    if concurrency ~= nil and active_count(k) >= concurrency then
       break
     end
     if i > 1 then
@@ -171,8 +243,9 @@ local function fetch_jobs(k, now, count, w)
         break
       end
     end
-    local id, source, score = pop_next_id(k.wait, k.active, k.prioritized, k.pc)
+    local id, source, score, gid = pop_next(k, now)
     if not id then
+      dry = true
       break
     end
     local job_key = job_hash_key(k.prefix, id)
@@ -180,11 +253,21 @@ local function fetch_jobs(k, now, count, w)
     local stalled = exists and stalled_before(job_key)
     if not exists then
       -- checked before any write: a lock or an HSET here would fake a job
-      redis.call("LREM", k.active, 1, id)
+      if gid then
+        group_untake(k.g)
+        redis.call("ZREM", k.g.waiting, id)
+        group_release(k.g, gid, id, now, true)
+      else
+        redis.call("LREM", k.active, 1, id)
+      end
       drop_dangling(id, source)
     elseif stalled and not may_take_stalled then
-      redis.call("LPOP", k.active) -- pushed there by pop_next_id just now
-      aside[#aside + 1] = {id, source, score}
+      if gid then
+        group_untake(k.g)
+      else
+        redis.call("LPOP", k.active) -- pushed there by pop_next just now
+      end
+      aside[#aside + 1] = {id, source, score, gid}
       if #aside >= SET_ASIDE_MAX then
         break
       end
@@ -202,17 +285,32 @@ local function fetch_jobs(k, now, count, w)
       i = i + 1
     end
   end
-  put_back(k, aside)
+  if k.grouped then
+    group_flush_taken(k.g)
+  end
+  put_back(k, aside, now)
   if #taken > 0 or #aside > 0 then -- set aside for another worker: wake the idle ones
     add_base_marker(k.marker)
   end
-  if #taken > 0 then
+  if #taken > 0 and not dry then
     return {taken, ttl, 0, dangling_jobs, #aside}
   end
+  -- Nothing (more) was ready: when the next delayed job falls due, so the worker's wait on the
+  -- marker ends then, also when this call took some jobs (a worker whose only wake-up was the
+  -- delay marker, popped by another worker, would else sleep out its drain delay).
   local first = redis.call("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
   local next_due = 0
   if first[1] then
     next_due = math.floor(tonumber(first[2]) / 4096)
+  end
+  if k.grouped then
+    local grouped_due = group_next_due(k.g)
+    if grouped_due > 0 and (next_due == 0 or grouped_due < next_due) then
+      next_due = grouped_due
+    end
+  end
+  if #taken > 0 then
+    return {taken, ttl, next_due, dangling_jobs, #aside}
   end
   return {taken, 0, next_due, dangling_jobs, #aside}
 end

@@ -70,6 +70,35 @@ local function queue_keys_for(q, prefix)
   }
 end
 
+-- echomq's groups (docs/protocol/groups.md): every group key is under "P:Q:groups" and built
+-- here from the prefix key, the fixed ones too, so any script that may meet a grouped job finds
+-- them without more KEYS (they land in the prefix's Cluster slot, as job keys do). Per group:
+-- "P:Q:groups:wait:<gid>" (its waiting jobs) and "P:Q:groups:limit:<gid>" (its rate window).
+local function group_keys(prefix)
+  local base = prefix .. "groups"
+  return {
+    prefix = prefix, index = base, ready = base .. ":ready", active = base .. ":active",
+    stalled = base .. ":stalled", delayed = base .. ":delayed", waiting = base .. ":waiting",
+    state = base .. ":state", limited = base .. ":limited",
+    taken = {}, -- jobs a fetch took, written at its end (includes/groups.lua, group_flush_taken)
+  }
+end
+
+local function group_wait_key(prefix, gid)
+  return prefix .. "groups:wait:" .. gid
+end
+
+-- A group's "2 * its active jobs + 1 while it is in the rotation" (a counter of its own, so
+-- that it costs the same whatever the number of groups: as fields of one hash it would be
+-- read in a listpack of up to hash-max-listpack-entries fields).
+local function group_run_key(prefix, gid)
+  return prefix .. "groups:run:" .. gid
+end
+
+local function group_limit_key(prefix, gid)
+  return prefix .. "groups:limit:" .. gid
+end
+
 -- Deleting a job's own keys (docs/protocol/keys.md#delete-job-keys): the hash and its :logs,
 -- :dependencies, :processed, :failed and :unsuccessful keys. The :lock key is left to expire.
 local function delete_job_keys(job_hash)

@@ -1,29 +1,39 @@
 -- Flow bookkeeping on a parent when a child leaves (completes, fails, is removed).
 -- Needs "common" and "job_keys". `q` holds the keys of the script's own queue; a parent may
 -- live in another queue, whose keys queue_keys_for derives from the parent's prefix.
+--@include "requeue"
+--@include "groups"
 
 -- Move a parent out of waiting-children into delayed / wait / prioritized of its queue `pq`.
 local function release_parent(pq, parent_id, now)
   local parent_key = job_hash_key(pq.prefix, parent_id)
   redis.call("ZREM", pq.waiting_children, parent_id)
-  local fields = redis.call("HMGET", parent_key, "priority", "delay")
+  local fields = redis.call("HMGET", parent_key, "priority", "delay", "gid")
   local priority = tonumber(fields[1]) or 0
   local delay = tonumber(fields[2]) or 0
+  local gid = fields[3] or nil
   if delay > 0 then
     local due = now + delay
-    redis.call("ZADD", pq.delayed, score_str(due * 4096), parent_id)
+    if gid then
+      group_delay(group_keys(pq.prefix), pq.marker, parent_id, due)
+    else
+      redis.call("ZADD", pq.delayed, score_str(due * 4096), parent_id)
+    end
     redis.call("XADD", pq.events, "*", "event", "delayed", "jobId", parent_id,
       "delay", int_str(due))
-    refresh_delay_marker(pq.marker, pq.delayed)
+    if not gid then
+      refresh_delay_marker(pq.marker, pq.delayed)
+    end
     return
   end
-  if priority == 0 then
-    redis.call("RPUSH", pq.wait, parent_id)
+  if gid then
+    group_place(group_keys(pq.prefix), parent_id, gid, priority, true, now)
+    if not paused_or_maxed(pq.meta, pq.active) then
+      add_base_marker(pq.marker)
+    end
   else
-    add_prioritized(pq.prioritized, pq.pc, priority, parent_id)
-  end
-  if not paused_or_maxed(pq.meta, pq.active) then
-    add_base_marker(pq.marker)
+    requeue_ready(pq.wait, pq.prioritized, pq.pc, pq.marker,
+      paused_or_maxed(pq.meta, pq.active), priority, parent_id, "RPUSH")
   end
   redis.call("XADD", pq.events, "*", "event", "waiting", "jobId", parent_id,
     "prev", "waiting-children")

@@ -3,12 +3,18 @@
 -- is derived from it.
 --@include "common"
 --@include "job_keys"
+--@include "groups"
 
 -- Put a released parent at the front of the `wait` of its queue `pq` (a table from
 -- queue_keys_for), ignoring its priority and delay, and wake that queue's workers unless it is
--- paused or maxed.
+-- paused or maxed; a grouped parent at the front of its group.
 local function push_parent_to_wait(pq, parent_id)
-  redis.call("RPUSH", pq.wait, parent_id)
+  local f = redis.call("HMGET", job_hash_key(pq.prefix, parent_id), "gid", "timestamp")
+  if f[1] then
+    group_place(group_keys(pq.prefix), parent_id, f[1], 0, true, tonumber(f[2]) or 0)
+  else
+    redis.call("RPUSH", pq.wait, parent_id)
+  end
   if not paused_or_maxed(pq.meta, pq.active) then
     add_base_marker(pq.marker)
   end

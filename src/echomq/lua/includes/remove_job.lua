@@ -7,6 +7,7 @@
 --@include "common"
 --@include "job_keys"
 --@include "parents"
+--@include "groups_admin"
 
 -- DEL `de:<deid>` and `dn:<deid>` when the job still owns its deduplication key; `prefix` is
 -- the prefix key of the job's queue.
@@ -135,7 +136,9 @@ local zset_states = {
 local list_states = {{"wait", "wait"}, {"paused", "paused"}, {"active", "active"}}
 
 -- Take the id out of the first structure of queue `jq` that holds it; return that key's suffix
--- or "unknown".
+-- or "unknown". A grouped job (its hash has `gid`), looked for only when none of those holds
+-- it, leaves its group's waiting jobs, groups:delayed or groups:active (its group's slot
+-- released) and is reported as "wait", "delayed" or "active" (docs/protocol/groups.md).
 local function remove_from_any_state(jq, job_id)
   for _, state in ipairs(zset_states) do
     if redis.call("ZREM", jq[state[1]], job_id) == 1 then
@@ -146,6 +149,10 @@ local function remove_from_any_state(jq, job_id)
     if redis.call("LREM", jq[state[1]], 0, job_id) > 0 then
       return state[2]
     end
+  end
+  local gid = job_group(job_hash_key(jq.prefix, job_id))
+  if gid then
+    return group_take_out(group_keys(jq.prefix), gid, job_id) or "unknown"
   end
   return "unknown"
 end

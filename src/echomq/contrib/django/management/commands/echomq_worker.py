@@ -103,8 +103,8 @@ def worker_argv(backend: EchoMQBackend, options: dict[str, Any]) -> list[str]:
         if action.dest in _FROM_BACKEND or value is None or value == action.default:
             continue
         flag = max(action.option_strings, key=len)
-        if isinstance(action, argparse._StoreTrueAction):
-            argv.append(flag)
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            argv.append(flag)  # a switch given: its value differs from its default
         else:
             argv += [flag, str(value)]
     return argv
