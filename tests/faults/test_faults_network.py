@@ -181,12 +181,18 @@ async def client_kill(lab: Lab, impl: str) -> Run:
                         return bool(found) and found[0]["cmd"] == "bzpopmin"
 
                     await run.until(idle, 10, "the worker to wait on its marker")
+                if kind == "command" and impl == "echomq":
+                    # The script channel also carries the odd plain command (the clock-skew
+                    # check's TIME at start): wait until its last command is a script.
+                    async def on_script() -> list[dict[str, Any]]:
+                        found = await connections(run, worker, "command")
+                        scripts = [c for c in found if c["cmd"] in ("evalsha", "eval")]
+                        return found if scripts else []
+
+                    await run.until(on_script, 5, "the worker's script channel to run a script")
                 victims = await connections(run, worker, kind)
                 if not victims:
                     run.problems.append(f"no {kind} connection to kill")
-                scripts = [c for c in victims if c["cmd"] in ("evalsha", "eval")]
-                if kind == "command" and impl == "echomq" and not scripts:
-                    run.problems.append(f"no script channel among {victims}")
                 killed_at = now_ms()
                 for victim in victims:
                     await run.r.client_kill_filter(_id=victim["id"])
