@@ -50,6 +50,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--groups", default="10,1000,100000", help="throughput group counts")
     p.add_argument("--src", help="an echomq src/ directory to import first")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="run redis-server on the second core and this process on the first (Linux)",
+    )
     return p.parse_args()
 
 
@@ -60,6 +65,7 @@ if OPTS.src:
 import asyncio  # noqa: E402
 import bisect  # noqa: E402
 import glob  # noqa: E402
+import os  # noqa: E402
 import pathlib  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -89,6 +95,9 @@ async def fresh_redis() -> AsyncIterator[redis.asyncio.Redis]:
         appendonly=False,
     )
     server.start()
+    if OPTS.pin and server.pid is not None:
+        os.sched_setaffinity(server.pid, {1})
+        os.sched_setaffinity(0, {0})
     client = redis.asyncio.Redis.from_url(server.url)
     try:
         yield client

@@ -43,13 +43,19 @@ end
 local group_defaults = nil
 local group_own = {}
 
--- A group's concurrency (nil: none), rate max and window ms (nil: none) and whether it is
--- paused.
-local function group_settings(g, gid)
+-- The defaults, read at the first need.
+local function group_load_defaults(g)
   if not group_defaults then
     local v = redis.call("HMGET", g.state, "c", "r", "o")
     group_defaults = {tonumber(v[1]), v[2] or nil, (tonumber(v[3]) or 0) > 0}
   end
+  return group_defaults
+end
+
+-- A group's concurrency (nil: none), rate max and window ms (nil: none) and whether it is
+-- paused.
+local function group_settings(g, gid)
+  group_load_defaults(g)
   local concurrency, rate, paused = group_defaults[1], group_defaults[2], false
   if group_defaults[3] then
     local own = group_own[gid]
@@ -69,6 +75,14 @@ local function group_settings(g, gid)
     end
   end
   return concurrency, max_jobs, window, paused
+end
+
+-- Whether no group has a limit or a setting of its own (no default concurrency or rate, and
+-- "o" counts none): then a group is never paused nor held, and its take and release skip the
+-- settings.
+local function group_unlimited(g)
+  local d = group_load_defaults(g)
+  return not (d[1] or d[2] or d[3])
 end
 
 -- group_settings, and how many of the group's jobs are active (read only when it has a
@@ -108,7 +122,7 @@ local function group_join(g, gid, state)
   if group_in_rotation(state or group_state(g, gid)) then
     return
   end
-  redis.call("INCRBY", group_run_key(g.prefix, gid), 1)
+  redis.call("INCRBY", group_run_key(g.prefix, gid), "1")
   if redis.call("LLEN", g.ready) == 0 then
     redis.call("LPUSH", g.ready, "")
   end
@@ -135,18 +149,18 @@ end
 -- waiting jobs, by priority then order; the group joins the rotation if it may run. The caller
 -- writes the marker and the events, as for an ungrouped job.
 local function group_place(g, job_id, gid, priority, lifo, now)
-  local seq = redis.call("HINCRBY", g.state, "seq", 1) % GROUP_ORDER
+  local seq = redis.call("HINCRBY", g.state, "seq", "1") % GROUP_ORDER
   local order = lifo and (GROUP_ORDER - seq) or (GROUP_ORDER + seq)
   redis.call("ZADD", group_wait_key(g.prefix, gid), score_str(priority * 4294967296 + order),
     job_id)
   redis.call("ZADD", g.waiting, score_str(now), job_id)
-  redis.call("ZINCRBY", g.index, 1, gid)
+  redis.call("ZINCRBY", g.index, "1", gid)
   group_wake(g, gid)
 end
 
 -- A delayed grouped job, due at `due` ms.
 local function group_delay(g, marker, job_id, due)
-  redis.call("HSETNX", g.state, "seq", 0) -- marks the queue as grouped for the fetch
+  redis.call("HSETNX", g.state, "seq", "0") -- marks the queue as grouped for the fetch
   redis.call("ZADD", g.delayed, score_str(delayed_score(g.delayed, due)), job_id)
   group_wake_by(marker, due)
 end
@@ -237,8 +251,10 @@ end
 -- drops it): one command without a rate limit. "groups:run:<gid>" may stay at "0" while the
 -- group is listed; it goes with the group's entry in the index.
 local function group_release(g, gid, id, now, drop)
-  group_end_start(g, gid, id, now, drop)
-  local state = redis.call("INCRBY", group_run_key(g.prefix, gid), -2)
+  if not group_unlimited(g) then
+    group_end_start(g, gid, id, now, drop)
+  end
+  local state = redis.call("INCRBY", group_run_key(g.prefix, gid), "-2")
   if group_in_rotation(state) then
     return
   end
@@ -269,7 +285,7 @@ local function group_unwait(g, gid, job_id)
     return false
   end
   redis.call("ZREM", g.waiting, job_id)
-  local left = tonumber(redis.call("ZINCRBY", g.index, -1, gid))
+  local left = tonumber(redis.call("ZINCRBY", g.index, "-1", gid))
   if left <= 0 then
     local state = group_state(g, gid)
     if state < 2 then -- no active job: out of the index
@@ -288,7 +304,7 @@ end
 -- rotated the group to the rotation's head: leaving is an LPOP.
 local function group_leave(g, gid)
   redis.call("LPOP", g.ready)
-  return redis.call("INCRBY", group_run_key(g.prefix, gid), -1)
+  return redis.call("INCRBY", group_run_key(g.prefix, gid), "-1")
 end
 
 -- The jobs a fetch takes (group_take) join g.active and leave g.waiting together when it ends:
@@ -310,7 +326,29 @@ local function group_untake(g)
   g.taken[#g.taken] = nil
 end
 
+-- group_take when no group has a limit or setting (group_unlimited): the rotation's next job.
+local function group_take_unlimited(g, gid)
+  local top = redis.call("ZPOPMIN", group_wait_key(g.prefix, gid))
+  local id = top[1]
+  if not id then
+    if group_leave(g, gid) == 0 then -- (see group_take)
+      redis.call("ZREM", g.index, gid)
+      redis.call("DEL", group_run_key(g.prefix, gid))
+    end
+    return nil
+  end
+  g.taken[#g.taken + 1] = id
+  redis.call("INCRBY", group_run_key(g.prefix, gid), "2")
+  if tonumber(redis.call("ZINCRBY", g.index, "-1", gid)) <= 0 then
+    group_leave(g, gid)
+  end
+  return id, top[2]
+end
+
 local function group_take(g, gid, now)
+  if group_unlimited(g) then
+    return group_take_unlimited(g, gid)
+  end
   local concurrency, max_jobs, window, paused, running = group_limits(g, gid)
   local wait_key = group_wait_key(g.prefix, gid)
   local limit_key = max_jobs and group_limit_key(g.prefix, gid)
@@ -336,8 +374,8 @@ local function group_take(g, gid, now)
   end
   local id = top[1]
   g.taken[#g.taken + 1] = id -- into g.active and out of g.waiting: group_flush_taken
-  running = math.floor(redis.call("INCRBY", group_run_key(g.prefix, gid), 2) / 2)
-  local more = tonumber(redis.call("ZINCRBY", g.index, -1, gid)) > 0
+  running = math.floor(redis.call("INCRBY", group_run_key(g.prefix, gid), "2") / 2)
+  local more = tonumber(redis.call("ZINCRBY", g.index, "-1", gid)) > 0
   local full_until = 0
   if max_jobs then
     local entry = id .. "@" .. int_str(now)
@@ -361,7 +399,7 @@ end
 -- group's waiting jobs with its score (group_untake kept it out of g.active and in g.waiting).
 local function group_put_back(g, gid, id, score, now)
   redis.call("ZADD", group_wait_key(g.prefix, gid), score, id) -- (never left g.waiting)
-  redis.call("ZINCRBY", g.index, 1, gid)
+  redis.call("ZINCRBY", g.index, "1", gid)
   group_release(g, gid, id, now, true)
 end
 
