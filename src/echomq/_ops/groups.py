@@ -9,6 +9,12 @@ waiting jobs, one bounded ZSCAN step per call, driven by a plan. Reads are plain
 a group's delayed jobs, which share ``groups:delayed`` with every other group's, are counted by
 the read-only ``countGroupDelayed`` script a page at a time.
 
+Two counts read with a fixed number of plain commands, whatever the number of groups or jobs:
+:func:`count_groups` (``ZCARD groups``, for the dashboard's groups tab and the Prometheus
+export's ``echomq_groups``) and :func:`group_summary` (one group's waiting and active jobs and
+its paused flag, for a group's page of the dashboard; unlike ``get_group_job_counts`` it leaves
+out the group's delayed jobs, whose count reads every grouped delayed job of the queue).
+
 The group keys are built here from ``keys.base`` (``P:Q:``), as the scripts build them from the
 prefix key (``lua/includes/job_keys.lua``, ``group_keys``). Every builder validates its
 arguments first, so a refused call writes nothing. Durations are seconds (or timedelta) here and
@@ -418,3 +424,50 @@ def remove_group_jobs_plan(keys: QueueKeys, group: str, budget: int = SCAN_COUNT
         return total
 
     return plan()
+
+
+# -- counts with plain commands, a fixed number per call whatever the number of groups or jobs --
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One group's waiting and active jobs and whether it is paused.
+
+    Attributes:
+        id: the group id.
+        waiting: its jobs waiting to run.
+        active: its jobs being processed.
+        paused: the group is paused (its flag stays while it has no jobs).
+    """
+
+    id: str
+    waiting: int
+    active: int
+    paused: bool
+
+
+def count_groups(keys: QueueKeys) -> CommandOp[int]:
+    """How many groups have waiting or active jobs (one ``ZCARD``)."""
+    return CommandOp([("ZCARD", keys.groups)], lambda replies: int(replies[0] or 0))
+
+
+def group_summary(keys: QueueKeys, group: str) -> CommandOp[GroupSummary]:
+    """``group``'s waiting and active jobs and paused flag, in one round trip.
+
+    Raises:
+        InvalidOptionError: ``group`` is not a group id ``add(group=...)`` accepts.
+    """
+    gid = check_group(group)
+
+    def parse(replies: list[Any]) -> GroupSummary:
+        waiting, active, paused = replies
+        return GroupSummary(gid, int(waiting or 0), active_jobs(active), paused is not None)
+
+    return CommandOp(
+        [
+            ("ZCARD", keys.group_wait(gid)),
+            ("GET", keys.group_run(gid)),
+            ("HGET", keys.groups_state, f"{PAUSED}:{gid}"),
+        ],
+        parse,
+    )

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from ..errors import InvalidOptionError
 from ..protocol.keys import QueueKeys
 from ._base import Plan
-from .group_counts import count_groups
-from .groups import GroupInfo, get_groups_plan
+from .groups import GroupInfo, count_groups, get_groups_plan
 from .jobs import DEFAULT_COUNT_TYPES, get_counts, get_metrics
 
 #: The states of ``bullmq_job_count`` (Node v6's default ``getJobCounts()`` states).

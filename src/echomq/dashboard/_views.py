@@ -1,5 +1,5 @@
 """What each dashboard page shows, read through the public API (and, for the groups tab, the
-counts of ``_ops/group_counts.py`` run on the dashboard's client).
+counts of ``_ops/groups.py`` run on the dashboard's client).
 
 Every read takes a bounded range: a state tab reads one page of jobs (``get_jobs`` with a
 start and an end), counts come from ``get_job_counts`` (one ``LLEN``/``ZCARD``/``SCARD`` per
@@ -26,8 +26,7 @@ from .. import queue as api
 from .._job import Job
 from .._keys import queue_keys
 from .._ops.flows import DependencyPage
-from .._ops.group_counts import GroupSummary, count_groups, group_summary
-from .._ops.groups import GroupInfo
+from .._ops.groups import GroupInfo, GroupSummary, count_groups, group_summary
 from .._redis.run import run_op
 from ..errors import EchoMQError
 from ..queue import Queue

@@ -25,8 +25,7 @@
 ]]
 --@include "common"
 --@include "job_keys"
---@include "groups"
---@include "group_settings"
+--@include "groups_admin"
 
 local g = group_keys(KEYS[1])
 local marker = KEYS[2]

@@ -242,6 +242,12 @@ local function group_end_start(g, gid, id, now, drop)
   end
 end
 
+-- A group with neither waiting nor active jobs leaves the index, and its counter goes.
+local function group_forget(g, gid)
+  redis.call("ZREM", g.index, gid)
+  redis.call("DEL", group_run_key(g.prefix, gid))
+end
+
 -- A grouped job left g.active (finished, retried, delayed, recovered, handed back, removed) at
 -- `now` ms: its rate entry ends (group_end_start; `drop` for a job taken and set aside by the
 -- same fetch), its slot is free; the group joins the rotation again if it has waiting jobs and
@@ -274,8 +280,7 @@ local function group_release(g, gid, id, now, drop)
       group_join(g, gid, state)
     end
   elseif running <= 0 then
-    redis.call("ZREM", g.index, gid)
-    redis.call("DEL", group_run_key(g.prefix, gid))
+    group_forget(g, gid)
   end
 end
 
@@ -288,11 +293,10 @@ local function group_unwait(g, gid, job_id)
   local left = tonumber(redis.call("ZINCRBY", g.index, "-1", gid))
   if left <= 0 then
     local state = group_state(g, gid)
-    if state < 2 then -- no active job: out of the index
+    if state == 0 then -- no active job, out of the rotation
+      group_forget(g, gid)
+    elseif state == 1 then -- in the rotation: its counter goes when a fetch drops it there
       redis.call("ZREM", g.index, gid)
-      if state == 0 then -- (in the rotation, it is dropped when a fetch meets it)
-        redis.call("DEL", group_run_key(g.prefix, gid))
-      end
     end
   end
   return true
@@ -332,8 +336,7 @@ local function group_take_unlimited(g, gid)
   local id = top[1]
   if not id then
     if group_leave(g, gid) == 0 then -- (see group_take)
-      redis.call("ZREM", g.index, gid)
-      redis.call("DEL", group_run_key(g.prefix, gid))
+      group_forget(g, gid)
     end
     return nil
   end
@@ -367,8 +370,7 @@ local function group_take(g, gid, now)
     if group_leave(g, gid) == 0 and (open or redis.call("EXISTS", wait_key) == 0) then
       -- its waiting jobs were removed while it was in the rotation (group_release leaves a
       -- group in the rotation to the fetch), and none runs: it leaves the index now
-      redis.call("ZREM", g.index, gid)
-      redis.call("DEL", group_run_key(g.prefix, gid))
+      group_forget(g, gid)
     end
     return nil
   end

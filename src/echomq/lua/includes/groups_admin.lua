@@ -1,5 +1,6 @@
 -- Grouped jobs met outside the fetch: by getState, removal, drain, clean, obliterate, retries,
--- promotion and changes of priority or delay (docs/protocol/groups.md). Includes what it needs.
+-- promotion and changes of priority or delay, and group settings (docs/protocol/groups.md).
+-- Includes what it needs.
 --@include "common"
 --@include "job_keys"
 --@include "groups"
@@ -49,8 +50,8 @@ local function group_rescore(g, gid, job_id, priority, lifo)
   return true
 end
 
--- The groups left with no waiting job leave the rotation (the rotation bit of `a:<gid>` cleared), and "" goes with
--- them when no group is left in it. O(length of the rotation): called once by a drain that is
+-- The groups left with no waiting job leave the rotation (their counter's rotation bit cleared),
+-- and "" goes with them when no group is left in it. O(length of the rotation): called once by a drain that is
 -- done, not per job.
 local function group_tidy_rotation(g)
   local entries = redis.call("LRANGE", g.ready, 0, -1)
@@ -76,4 +77,32 @@ local function group_tidy_rotation(g)
       redis.call("RPUSH", g.ready, unpack(kept, i, math.min(i + 4999, #kept)))
     end
   end
+end
+
+-- A group that has waiting jobs and is out of the rotation joins it when it may run now: not
+-- paused, below its concurrency, and its rate window not full. A group in `g.limited` whose
+-- window (the starts of the last window ms in `groups:limit:<gid>`, on the workers' clock:
+-- `now` ms) now holds fewer starts than its raised or removed rate limit leaves `g.limited`
+-- first. True when the group joined the rotation with this call.
+local function group_recheck(g, gid, now)
+  if redis.call("EXISTS", group_wait_key(g.prefix, gid)) == 0 then
+    return false
+  end
+  if redis.call("ZSCORE", g.limited, gid) then
+    local _, max_jobs, window = group_limits(g, gid)
+    if max_jobs and window then
+      local starts = redis.call("ZCOUNT", group_limit_key(g.prefix, gid),
+        string.format("(%s", score_str(now - window)), "+inf")
+      if starts >= max_jobs then
+        return false
+      end
+    end
+    redis.call("ZREM", g.limited, gid)
+  end
+  local state = group_state(g, gid)
+  if group_in_rotation(state) or not group_may_run(g, gid) then
+    return false
+  end
+  group_join(g, gid, state)
+  return true
 end
