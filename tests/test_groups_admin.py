@@ -72,7 +72,9 @@ async def ungrouped_holders(r: R, keys: QueueKeys, job_id: str) -> list[str]:
 
 async def group_waiting(r: R, keys: QueueKeys, gid: str) -> list[str]:
     """A group's waiting jobs, in the order they run."""
-    return [_text(i) for i in await r.zrange(keys.group_wait(gid), 0, -1)]
+    listed = await r.lrange(keys.group_wait(gid), 0, -1)
+    prioritized = await r.zrange(keys.group_prioritized(gid), 0, -1)
+    return [_text(i) for i in [*listed, *prioritized]]
 
 
 async def take(r: R, keys: QueueKeys, n: int = 1) -> list[wops.Fetched]:
@@ -566,19 +568,24 @@ async def test_a_fetch_sets_aside_grouped_jobs_that_stalled_before(
     first = await queue.add("g", {}, group="t1")
     second = await queue.add("g", {}, group="t2")
     third = await queue.add("g", {}, group="t3")
+    after = await queue.add("g", {}, group="t2")
     for job in (first, second):
         await redis.hset(keys.job(job.id), "stc", 1)
-    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 3, 1, PARAMS, ops.now_ms()))
+    # two slots: t1's job (the one that stalled before it may take), t2's set aside, t3's
+    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 2, 1, PARAMS, ops.now_ms()))
     assert sorted(j.id for j in reply.jobs) == sorted([first.id, third.id])
     assert reply.set_aside == 1
     assert sorted(await redis.lrange(keys.groups_active, 0, -1)) == sorted(
         [first.id.encode(), third.id.encode()]
     )
-    assert await redis.zrange(keys.groups_waiting, 0, -1) == [second.id.encode()]
-    assert await group_waiting(redis, keys, "t2") == [second.id]
-    assert await redis.zscore(keys.groups, "t2") == 1
+    assert sorted(await redis.zrange(keys.groups_waiting, 0, -1)) == sorted(
+        [second.id.encode(), after.id.encode()]
+    )
+    # back at the head of its group, where it was taken from
+    assert await group_waiting(redis, keys, "t2") == [second.id, after.id]
+    assert await redis.zscore(keys.groups, "t2") == 2
     assert await redis.get(keys.group_run("t2")) == b"1"  # none running, in the rotation
-    assert (await queue.get_job_counts("waiting", "active")) == {"waiting": 1, "active": 2}
+    assert (await queue.get_job_counts("waiting", "active")) == {"waiting": 2, "active": 2}
 
 
 async def test_a_paused_group_emptied_in_the_rotation_leaves_no_counter(

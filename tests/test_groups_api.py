@@ -492,7 +492,8 @@ async def test_remove_group_jobs_removes_only_that_groups_waiting_jobs(
 async def test_remove_group_jobs_runs_in_bounded_calls(redis: Redis, queue_name: str) -> None:
     keys = queue_keys(queue_name)
     q = echomq.Queue(queue_name, connection=redis)
-    await q.add_bulk([("j", {}, {"group": "g"}) for _ in range(7)])
+    # jobs without a priority (the group's LIST) and with one (its ZSET): a call spans both
+    await q.add_bulk([("j", {}, {"group": "g", "priority": i % 2}) for i in range(7)])
     kept = await q.add("h", {}, group="h")
     plan = gops.remove_group_jobs_plan(keys, "g", budget=3)
     replies = []
@@ -506,6 +507,7 @@ async def test_remove_group_jobs_runs_in_bounded_calls(redis: Redis, queue_name:
         assert done.value == 7
     assert replies == [(3, True), (3, True), (1, False)]
     assert await q.get_group_job_counts("g") == {"waiting": 0, "active": 0, "delayed": 0}
+    assert not await redis.exists(keys.group_wait("g"), keys.group_prioritized("g"))
     assert await redis.zrange(queue_key(queue_name, "groups"), 0, -1) == [b"h"]
     assert await q.get_job(kept.id) is not None
     await q.aclose()

@@ -143,8 +143,10 @@ class GroupWatch:
             pipe.zrange(queue_key(q, name), 0, -1)
             structures.append(name)
         for group in GROUPS:
-            pipe.zrange(queue_key(q, f"groups:wait:{group}"), 0, -1)
+            pipe.lrange(queue_key(q, f"groups:wait:{group}"), 0, -1)
             structures.append(f"groups:wait:{group}")
+            pipe.zrange(queue_key(q, f"groups:prioritized:{group}"), 0, -1)
+            structures.append(f"groups:prioritized:{group}")
         pipe.zrange(queue_key(q, "groups:waiting"), 0, -1)
         pipe.zrange(queue_key(q, "groups"), 0, -1, withscores=True)
         pipe.lrange(queue_key(q, "groups:ready"), 0, -1)
@@ -171,9 +173,14 @@ class GroupWatch:
             (place,) = where
             if place in (*BULLMQ_LISTS, *BULLMQ_ZSETS):
                 self._problem("bullmq", f"grouped job {job_id} ({of.get(job_id)}) is in {place}")
-            elif place.startswith("groups:wait:") and place != f"groups:wait:{of.get(job_id)}":
+            elif place.startswith(("groups:wait:", "groups:prioritized:")) and place not in (
+                f"groups:wait:{of.get(job_id)}",
+                f"groups:prioritized:{of.get(job_id)}",
+            ):
                 self._problem("other group", f"job {job_id} of {of.get(job_id)} is in {place}")
-        waiting = {j for g in GROUPS for j in held[f"groups:wait:{g}"]}
+        waiting = {
+            j for g in GROUPS for s in ("wait", "prioritized") for j in held[f"groups:{s}:{g}"]
+        }
         if waiting != waiting_index:
             self._problem(
                 "waiting index",
@@ -182,9 +189,9 @@ class GroupWatch:
             )
         active = Counter(of.get(j) for j in held["groups:active"])
         for group in GROUPS:
-            # a:<gid> is twice the group's active jobs, plus 1 while it is in the rotation
+            # groups:run:<gid> is twice the group's active jobs, plus 1 while it is in the rotation
             counter, in_rotation = divmod(int(runs[group] or 0), 2)
-            n_wait = len(held[f"groups:wait:{group}"])
+            n_wait = len(held[f"groups:wait:{group}"]) + len(held[f"groups:prioritized:{group}"])
             self.most_active = max(self.most_active, counter, active[group])
             if counter != active[group]:
                 self._problem(
@@ -341,7 +348,11 @@ async def judge(
             members = [m for m in members if m]  # "" (the ungrouped jobs' turn) may linger
         if members:
             problems.append(f"{name} still holds {members} at the end")
-    waits = [_s(k) async for k in run.r.scan_iter(match=queue_key(q, "groups:wait:*"))]
+    waits = [
+        _s(k)
+        for pattern in ("groups:wait:*", "groups:prioritized:*")
+        async for k in run.r.scan_iter(match=queue_key(q, pattern))
+    ]
     if waits:
         problems.append(f"group waiting sets left at the end: {sorted(waits)}")
     counters = [_s(k) async for k in run.r.scan_iter(match=queue_key(q, "groups:run:*"))]

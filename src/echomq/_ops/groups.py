@@ -88,10 +88,6 @@ def _limited(keys: QueueKeys) -> str:
     return keys.base + "groups:limited"
 
 
-def _wait(keys: QueueKeys, group: str) -> str:
-    return keys.base + "groups:wait:" + group
-
-
 def _window(keys: QueueKeys, group: str) -> str:
     return keys.base + "groups:limit:" + group
 
@@ -348,8 +344,8 @@ def _delayed_page(keys: QueueKeys, group: str, cursor: str) -> ScriptOp[tuple[in
 def get_group_job_counts_plan(keys: QueueKeys, group: str) -> Plan[dict[str, int]]:
     """How many jobs ``group`` has waiting, active and delayed.
 
-    Waiting and active are read at once (ZCARD of its ``groups:wait:<gid>``, GET of its
-    ``groups:run:<gid>``);
+    Waiting and active are read at once (LLEN of its ``groups:wait:<gid>``, ZCARD of its
+    ``groups:prioritized:<gid>``, GET of its ``groups:run:<gid>``);
     delayed by paging through ``groups:delayed`` (countGroupDelayed), so the three are not one
     snapshot while jobs move.
     """
@@ -357,8 +353,12 @@ def get_group_job_counts_plan(keys: QueueKeys, group: str) -> Plan[dict[str, int
 
     def plan() -> Plan[dict[str, int]]:
         waiting, active = yield CommandOp(
-            [("ZCARD", _wait(keys, gid)), ("GET", keys.group_run(gid))],
-            lambda replies: (int(replies[0] or 0), active_jobs(replies[1])),
+            [
+                ("LLEN", keys.group_wait(gid)),
+                ("ZCARD", keys.group_prioritized(gid)),
+                ("GET", keys.group_run(gid)),
+            ],
+            lambda replies: (int(replies[0] or 0) + int(replies[1] or 0), active_jobs(replies[2])),
         )
         delayed = 0
         cursor = ""
@@ -381,9 +381,26 @@ def get_group_jobs_plan(
     _check_range(start, end)
 
     def plan() -> Plan[list[tuple[str, dict[str, str]]]]:
+        listed, prioritized = yield CommandOp(
+            [("LLEN", keys.group_wait(gid)), ("ZCARD", keys.group_prioritized(gid))],
+            lambda replies: (int(replies[0] or 0), int(replies[1] or 0)),
+        )
+        # indices as Redis reads them (negative ones from the end) over the LIST's jobs, which
+        # run first, then the ZSET's: the slice may span both
+        total = listed + prioritized
+        first = max(0, start + total if start < 0 else start)
+        last = min(total - 1, end + total if end < 0 else end)
+        if first > last:
+            return []
+        reads: list[tuple[Any, ...]] = []
+        if first < listed:
+            reads.append(("LRANGE", keys.group_wait(gid), first, min(last, listed - 1)))
+        if last >= listed:
+            reads.append(
+                ("ZRANGE", keys.group_prioritized(gid), max(0, first - listed), last - listed)
+            )
         ids: list[str] = yield CommandOp(
-            [("ZRANGE", _wait(keys, gid), start, end)],
-            lambda replies: [to_str(i) for i in replies[0] or ()],
+            reads, lambda replies: [to_str(i) for reply in replies for i in reply or ()]
         )
         if not ids:
             return []
@@ -460,12 +477,14 @@ def group_summary(keys: QueueKeys, group: str) -> CommandOp[GroupSummary]:
     gid = check_group(group)
 
     def parse(replies: list[Any]) -> GroupSummary:
-        waiting, active, paused = replies
-        return GroupSummary(gid, int(waiting or 0), active_jobs(active), paused is not None)
+        listed, prioritized, active, paused = replies
+        waiting = int(listed or 0) + int(prioritized or 0)
+        return GroupSummary(gid, waiting, active_jobs(active), paused is not None)
 
     return CommandOp(
         [
-            ("ZCARD", keys.group_wait(gid)),
+            ("LLEN", keys.group_wait(gid)),
+            ("ZCARD", keys.group_prioritized(gid)),
             ("GET", keys.group_run(gid)),
             ("HGET", keys.groups_state, f"{PAUSED}:{gid}"),
         ],

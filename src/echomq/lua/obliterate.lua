@@ -114,8 +114,8 @@ end
 -- A group's own keys: its waiting jobs (already deleted), its counter and its rate window.
 local function drop_group(gid)
   if gid ~= "" then
-    redis.call("DEL", group_wait_key(q.prefix, gid), group_run_key(q.prefix, gid),
-      group_limit_key(q.prefix, gid))
+    redis.call("DEL", group_wait_key(q.prefix, gid), group_prio_key(q.prefix, gid),
+      group_run_key(q.prefix, gid), group_limit_key(q.prefix, gid))
   end
 end
 

@@ -16,10 +16,10 @@
   (call again), else 0.
   Errors: none.
 
-  Per job, in the order the group would run them: out of `groups:wait:<gid>` and
-  `groups:waiting`, the group's count in `groups` down by one (the group leaves `groups` once
-  it has neither waiting nor active jobs), then the hard removal drain does (parent rule, dedup
-  key, job keys). No events; the group's place in the rotation is left to the next fetch, which
+  Per job, in the order the group would run them: out of `groups:wait:<gid>` (then
+  `groups:prioritized:<gid>`) and `groups:waiting`, the group's count in `groups` down by one
+  (the group leaves `groups` once it has neither waiting nor active jobs), then the hard removal
+  drain does (parent rule, dedup key, job keys). No events; the group's place in the rotation is left to the next fetch, which
   finds it empty and drops it.
 ]]
 --@include "remove_job"
@@ -30,12 +30,19 @@ local g = group_keys(q.prefix)
 local gid = ARGV[1]
 local budget = tonumber(ARGV[2])
 local wait_key = group_wait_key(q.prefix, gid)
+local prio_key = group_prio_key(q.prefix, gid)
 local kept = scheduler_iterations(q["repeat"])
-local skip = 0 -- kept ids at the head of the group's waiting jobs
+local skip = 0 -- kept ids at the head of the group's waiting jobs (its LIST, then its ZSET)
 local removed = 0
 
 while budget > 0 do
-  local ids = redis.call("ZRANGE", wait_key, skip, skip + budget - 1)
+  local listed = redis.call("LLEN", wait_key)
+  local ids
+  if skip < listed then
+    ids = redis.call("LRANGE", wait_key, skip, skip + budget - 1)
+  else
+    ids = redis.call("ZRANGE", prio_key, skip - listed, skip - listed + budget - 1)
+  end
   if #ids == 0 then
     break
   end

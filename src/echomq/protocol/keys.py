@@ -362,8 +362,14 @@ class QueueKeys:
         return f"{self.base}{job_id}:unsuccessful"
 
     def group_wait(self, gid: str) -> str:
-        """The ZSET ``groups:wait:<gid>``: group ``gid``'s waiting jobs."""
+        """The LIST ``groups:wait:<gid>``: group ``gid``'s waiting jobs without a priority, in
+        the order it runs them (from the head)."""
         return f"{self.groups}:wait:{gid}"
+
+    def group_prioritized(self, gid: str) -> str:
+        """The ZSET ``groups:prioritized:<gid>``: group ``gid``'s waiting jobs with a priority
+        (run once its ``groups:wait:<gid>`` is empty), scored ``priority * 2^32 + order``."""
+        return f"{self.groups}:prioritized:{gid}"
 
     def group_run(self, gid: str) -> str:
         """The counter ``groups:run:<gid>``: twice group ``gid``'s active jobs, plus 1 while it

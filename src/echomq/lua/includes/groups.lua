@@ -17,16 +17,56 @@
 --              +inf until one of its running jobs ends)
 -- and per group "P:Q:groups:run:<gid>" (a counter: 2 * its active jobs + 1 while it is in the
 -- rotation, so one INCRBY moves a job and tells both; deleted at 0 once the group leaves the
--- index), "P:Q:groups:wait:<gid>" (ZSET id -> priority * 2^32 + order) and
--- "P:Q:groups:limit:<gid>" (ZSET: its rate entries, "<id>@<processedOn>" -> +inf while that job
--- runs, then when it ended; see "The rate window" below).
+-- index), its waiting jobs as the ungrouped ones are kept: "P:Q:groups:wait:<gid>" (LIST, the
+-- jobs without a priority, taken from its head: fifo ones pushed at its tail, lifo ones at its
+-- head) and "P:Q:groups:prioritized:<gid>" (ZSET id -> priority * 2^32 + order, taken once the
+-- LIST is empty), and "P:Q:groups:limit:<gid>" (ZSET: its rate entries, "<id>@<processedOn>" ->
+-- +inf while that job runs, then when it ended; see "The rate window" below).
 --
 -- Cost: a fetch pops the rotation's head and pushes it back to its tail (O(1)); a group that is
 -- paused, at its concurrency or at its rate limit leaves the rotation when met and joins it
 -- again when that ends (a job of it ends, resume, the window ends), so it is never met in vain
--- twice. Per job: O(log n) in the group's ZSET, the index and g.waiting.
+-- twice. Per job: O(1) in the group's LIST (O(log n) in its ZSET for a job with a priority),
+-- O(log n) in the index and g.waiting.
 
 local GROUP_ORDER = 2147483648 -- 2^31: lifo jobs below it within a priority, fifo above
+
+-- Whether a group has waiting jobs.
+local function group_has_waiting(g, gid)
+  return redis.call("EXISTS", group_wait_key(g.prefix, gid), group_prio_key(g.prefix, gid)) > 0
+end
+
+-- A waiting job into its group's structure: without a priority, at the tail of its LIST (the
+-- head for lifo); with one, into its ZSET at the back of its priority (the front for lifo).
+local function group_enqueue(g, job_id, gid, priority, lifo)
+  if priority > 0 then
+    local seq = redis.call("HINCRBY", g.state, "seq", "1") % GROUP_ORDER
+    local order = lifo and (GROUP_ORDER - seq) or (GROUP_ORDER + seq)
+    redis.call("ZADD", group_prio_key(g.prefix, gid), score_str(priority * 4294967296 + order),
+      job_id)
+  elseif lifo then
+    redis.call("LPUSH", group_wait_key(g.prefix, gid), job_id)
+  else
+    redis.call("RPUSH", group_wait_key(g.prefix, gid), job_id)
+  end
+end
+
+-- Take a waiting job out of its group's structure; false when it was in neither.
+local function group_dequeue(g, gid, job_id)
+  return redis.call("ZREM", group_prio_key(g.prefix, gid), job_id) == 1
+    or redis.call("LREM", group_wait_key(g.prefix, gid), 1, job_id) == 1
+end
+
+-- The next waiting job of a group, out of its structure, and its score in the ZSET (false for
+-- one from the LIST); nil when it has none.
+local function group_pop(g, gid)
+  local id = redis.call("LPOP", group_wait_key(g.prefix, gid))
+  if id then
+    return id, false
+  end
+  local top = redis.call("ZPOPMIN", group_prio_key(g.prefix, gid))
+  return top[1], top[2]
+end
 
 -- The group named in a decoded `opts` object (`emqGroup`, echomq's option), or nil.
 local function group_of_opts(opts)
@@ -117,13 +157,15 @@ local function group_in_rotation(state)
 end
 
 -- Put a group at the back of the rotation (its head) unless it is in it; "" first when the
--- rotation was empty. `state` is its "groups:run:<gid>" when the caller has just read it.
+-- rotation was empty, and groups:state made to exist (the fetch reads group keys only when it
+-- does). `state` is its "groups:run:<gid>" when the caller has just read it.
 local function group_join(g, gid, state)
   if group_in_rotation(state or group_state(g, gid)) then
     return
   end
   redis.call("INCRBY", group_run_key(g.prefix, gid), "1")
   if redis.call("LLEN", g.ready) == 0 then
+    redis.call("HSETNX", g.state, "seq", "0")
     redis.call("LPUSH", g.ready, "")
   end
   redis.call("LPUSH", g.ready, gid)
@@ -149,10 +191,7 @@ end
 -- waiting jobs, by priority then order; the group joins the rotation if it may run. The caller
 -- writes the marker and the events, as for an ungrouped job.
 local function group_place(g, job_id, gid, priority, lifo, now)
-  local seq = redis.call("HINCRBY", g.state, "seq", "1") % GROUP_ORDER
-  local order = lifo and (GROUP_ORDER - seq) or (GROUP_ORDER + seq)
-  redis.call("ZADD", group_wait_key(g.prefix, gid), score_str(priority * 4294967296 + order),
-    job_id)
+  group_enqueue(g, job_id, gid, priority, lifo)
   redis.call("ZADD", g.waiting, score_str(now), job_id)
   redis.call("ZINCRBY", g.index, "1", gid)
   group_wake(g, gid)
@@ -265,7 +304,7 @@ local function group_release(g, gid, id, now, drop)
     return
   end
   local running = state / 2
-  if redis.call("EXISTS", group_wait_key(g.prefix, gid)) == 1 then
+  if group_has_waiting(g, gid) then
     local _, max_jobs, window = group_settings(g, gid)
     if max_jobs then -- (one waiting for a running job to end learns when its window has room)
       local until_ms = group_window_full_until(g, group_limit_key(g.prefix, gid), max_jobs,
@@ -286,7 +325,7 @@ end
 
 -- Remove a grouped job from its group's waiting jobs; false when it was not there.
 local function group_unwait(g, gid, job_id)
-  if redis.call("ZREM", group_wait_key(g.prefix, gid), job_id) == 0 then
+  if not group_dequeue(g, gid, job_id) then
     return false
   end
   redis.call("ZREM", g.waiting, job_id)
@@ -332,8 +371,7 @@ end
 
 -- group_take when no group has a limit or setting (group_unlimited): the rotation's next job.
 local function group_take_unlimited(g, gid)
-  local top = redis.call("ZPOPMIN", group_wait_key(g.prefix, gid))
-  local id = top[1]
+  local id, score = group_pop(g, gid)
   if not id then
     if group_leave(g, gid) == 0 then -- (see group_take)
       group_forget(g, gid)
@@ -345,7 +383,7 @@ local function group_take_unlimited(g, gid)
   if tonumber(redis.call("ZINCRBY", g.index, "-1", gid)) <= 0 then
     group_leave(g, gid)
   end
-  return id, top[2]
+  return id, score
 end
 
 local function group_take(g, gid, now)
@@ -353,7 +391,6 @@ local function group_take(g, gid, now)
     return group_take_unlimited(g, gid)
   end
   local concurrency, max_jobs, window, paused, running = group_limits(g, gid)
-  local wait_key = group_wait_key(g.prefix, gid)
   local limit_key = max_jobs and group_limit_key(g.prefix, gid)
   local open = not paused and not (concurrency and running >= concurrency)
   local held = 0
@@ -365,16 +402,18 @@ local function group_take(g, gid, now)
       open = false
     end
   end
-  local top = open and redis.call("ZPOPMIN", wait_key) or {}
-  if not top[1] then
-    if group_leave(g, gid) == 0 and (open or redis.call("EXISTS", wait_key) == 0) then
+  local id, score
+  if open then
+    id, score = group_pop(g, gid)
+  end
+  if not id then
+    if group_leave(g, gid) == 0 and (open or not group_has_waiting(g, gid)) then
       -- its waiting jobs were removed while it was in the rotation (group_release leaves a
       -- group in the rotation to the fetch), and none runs: it leaves the index now
       group_forget(g, gid)
     end
     return nil
   end
-  local id = top[1]
   g.taken[#g.taken + 1] = id -- into g.active and out of g.waiting: group_flush_taken
   running = math.floor(redis.call("INCRBY", group_run_key(g.prefix, gid), "2") / 2)
   local more = tonumber(redis.call("ZINCRBY", g.index, "-1", gid)) > 0
@@ -394,13 +433,18 @@ local function group_take(g, gid, now)
       group_limit_until(g, gid, full_until)
     end
   end
-  return id, top[2]
+  return id, score
 end
 
--- A grouped job taken by this fetch and set aside again (it stalled before): back among its
--- group's waiting jobs with its score (group_untake kept it out of g.active and in g.waiting).
+-- A grouped job taken by this fetch and set aside again (it stalled before): back where it was
+-- among its group's waiting jobs, the head of its LIST or its score (false: from the LIST) in
+-- its ZSET (group_untake kept it out of g.active and in g.waiting).
 local function group_put_back(g, gid, id, score, now)
-  redis.call("ZADD", group_wait_key(g.prefix, gid), score, id) -- (never left g.waiting)
+  if score then
+    redis.call("ZADD", group_prio_key(g.prefix, gid), score, id) -- (never left g.waiting)
+  else
+    redis.call("LPUSH", group_wait_key(g.prefix, gid), id)
+  end
   redis.call("ZINCRBY", g.index, "1", gid)
   group_release(g, gid, id, now, true)
 end
@@ -413,7 +457,7 @@ local function group_reopen(g, now)
   end
   redis.call("ZREM", g.limited, unpack(due))
   for _, gid in ipairs(due) do
-    if redis.call("EXISTS", group_wait_key(g.prefix, gid)) == 1 and group_may_run(g, gid) then
+    if group_has_waiting(g, gid) and group_may_run(g, gid) then
       group_join(g, gid)
     end
   end

@@ -36,17 +36,14 @@ local function group_take_out(g, gid, job_id)
   return nil
 end
 
--- A grouped waiting job's new priority: re-scored among its group's waiting jobs, at the back of
--- its priority (a fresh order), or with lifo at the front (as a lifo job is placed). The group's
--- counts and g.waiting do not change. False when the job is not waiting in its group.
+-- A grouped waiting job's new priority: placed again among its group's waiting jobs, at the
+-- back of its priority, or with lifo at the front (as a lifo job is placed). The group's counts
+-- and g.waiting do not change. False when the job is not waiting in its group.
 local function group_rescore(g, gid, job_id, priority, lifo)
-  local wait_key = group_wait_key(g.prefix, gid)
-  if not redis.call("ZSCORE", wait_key, job_id) then
+  if not group_dequeue(g, gid, job_id) then
     return false
   end
-  local seq = redis.call("HINCRBY", g.state, "seq", 1) % GROUP_ORDER
-  local order = lifo and (GROUP_ORDER - seq) or (GROUP_ORDER + seq)
-  redis.call("ZADD", wait_key, score_str(priority * 4294967296 + order), job_id)
+  group_enqueue(g, job_id, gid, priority, lifo)
   return true
 end
 
@@ -59,7 +56,7 @@ local function group_tidy_rotation(g)
   for _, gid in ipairs(entries) do
     if gid == "" then
       kept[#kept + 1] = gid
-    elseif redis.call("EXISTS", group_wait_key(g.prefix, gid)) == 1 then
+    elseif group_has_waiting(g, gid) then
       kept[#kept + 1] = gid
       groups = groups + 1
     else
@@ -85,7 +82,7 @@ end
 -- `now` ms) now holds fewer starts than its raised or removed rate limit leaves `g.limited`
 -- first. True when the group joined the rotation with this call.
 local function group_recheck(g, gid, now)
-  if redis.call("EXISTS", group_wait_key(g.prefix, gid)) == 0 then
+  if not group_has_waiting(g, gid) then
     return false
   end
   if redis.call("ZSCORE", g.limited, gid) then

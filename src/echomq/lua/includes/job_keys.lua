@@ -73,7 +73,9 @@ end
 -- echomq's groups (docs/protocol/groups.md): every group key is under "P:Q:groups" and built
 -- here from the prefix key, the fixed ones too, so any script that may meet a grouped job finds
 -- them without more KEYS (they land in the prefix's Cluster slot, as job keys do). Per group:
--- "P:Q:groups:wait:<gid>" (its waiting jobs) and "P:Q:groups:limit:<gid>" (its rate window).
+-- "P:Q:groups:wait:<gid>" and "P:Q:groups:prioritized:<gid>" (its waiting jobs without and with
+-- a priority), "P:Q:groups:run:<gid>" (its counter) and "P:Q:groups:limit:<gid>" (its rate
+-- window).
 local function group_keys(prefix)
   local base = prefix .. "groups"
   return {
@@ -86,6 +88,10 @@ end
 
 local function group_wait_key(prefix, gid)
   return prefix .. "groups:wait:" .. gid
+end
+
+local function group_prio_key(prefix, gid)
+  return prefix .. "groups:prioritized:" .. gid
 end
 
 -- A group's "2 * its active jobs + 1 while it is in the rotation" (a counter of its own, so
