@@ -27,6 +27,10 @@ itself (the ledger is kept in this process, never read back from Redis).
   what a change to the scripts costs; it leaves out the kernel's share (the sockets), which is
   the same for both. Needs ``valgrind`` (``apt-get install valgrind``); Redis runs about 50x
   slower under it, so a run takes a few minutes.
+- ``commands``: what one command costs Redis when a script calls it, the commands a grouped
+  job adds: a Lua loop calls each 20,000 times over 1,000 keys of 25 members (a group's waiting
+  jobs, its counter; the index of 1,000 groups), with ``redis-server`` under callgrind;
+  reported as instructions per call beyond the loop's own. Needs ``valgrind``.
 - ``limits``: 20 groups of 40 jobs (30 ms each) under a group concurrency of 2, at
   ``--concurrency``: the most jobs of one group seen running at once (must be exactly 2); then
   5 groups of 30 jobs under a group rate limit of 10 per second: the most starts of one group
@@ -45,7 +49,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workload", default="fairness,throughput,limits", help="or instructions")
+    p.add_argument(
+        "--workload", default="fairness,throughput,limits", help="or instructions, commands"
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=50)
     p.add_argument("--groups", default="10,1000,100000", help="throughput group counts")
@@ -276,6 +282,79 @@ async def instructions_once(groups: int) -> dict[str, float]:
     return {"Redis instructions/job": counted / total}
 
 
+# -- commands ---------------------------------------------------------------------------------
+
+#: Each command as a script calls it inside the loop of ``commands_once`` (``W``/``L``/``R``:
+#: the 1,000 group ZSETs, LISTs and counters; ``G``: the index's members; ``n``: which one).
+COMMANDS = {
+    "ZPOPMIN group ZSET": 'redis.call("ZPOPMIN", W[n])',
+    "LPOP group LIST": 'redis.call("LPOP", L[n])',
+    "RPOPLPUSH rotation": 'redis.call("RPOPLPUSH", "ready", "ready")',
+    "INCRBY counter": 'redis.call("INCRBY", R[n], "2")',
+    "ZINCRBY index": 'tonumber(redis.call("ZINCRBY", "index", "-1", G[n]))',
+    "EXISTS": 'redis.call("EXISTS", W[n])',
+}
+
+COMMANDS_SETUP = """
+for g = 1, 1000 do
+  for j = 1, 25 do
+    redis.call("ZADD", "w:" .. g, 2147483648 + j, "id" .. j)
+    redis.call("RPUSH", "l:" .. g, "id" .. j)
+  end
+  redis.call("SET", "r:" .. g, "100")
+  redis.call("ZADD", "index", 25, "g" .. g)
+end
+redis.call("RPUSH", "ready", "a", "b", "c")
+"""
+
+COMMANDS_LOOP = """
+local W, L, R, G = {}, {}, {}, {}
+for j = 1, 1000 do
+  W[j] = "w:" .. j; L[j] = "l:" .. j; R[j] = "r:" .. j; G[j] = "g" .. j
+end
+for i = 1, 20000 do
+  local n = i % 1000 + 1
+  BODY
+end
+"""
+
+
+async def commands_once(body: str) -> float:
+    """Instructions Redis executes for 20,000 iterations of a loop running ``body``."""
+    port = free_port()
+    out = pathlib.Path(tempfile.mkdtemp(prefix="echomq-callgrind-")) / "callgrind.out"
+    server = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", find_redis_server()]
+        + ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.asyncio.Redis(port=port)
+    try:
+        for _ in range(600):
+            try:
+                await client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                await asyncio.sleep(0.1)
+        await client.eval(COMMANDS_SETUP, 0)
+        control = ["callgrind_control"]
+        subprocess.run([*control, "-z", str(server.pid)], check=True, capture_output=True)
+        await client.eval(COMMANDS_LOOP.replace("BODY", body), 0)
+        subprocess.run([*control, "-d", str(server.pid)], check=True, capture_output=True)
+    finally:
+        await client.aclose()
+        server.terminate()
+        server.wait()
+    dumps = sorted(glob.glob(f"{out}.*"))
+    counted = 0
+    for line in pathlib.Path(dumps[0]).read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            counted = max(counted, int(line.split()[1]))
+    shutil.rmtree(out.parent)
+    return counted / 20_000
+
+
 # -- limits -----------------------------------------------------------------------------------
 
 
@@ -406,6 +485,15 @@ def main() -> int:
             run = show(f"{c} groups", [asyncio.run(instructions_once(c))])
             ratio = run["Redis instructions/job"] / base_ir["Redis instructions/job"]
             print(f"  {c} groups vs ungrouped: Redis instructions {ratio:.2f}x")
+    if "commands" in workloads:
+        print("commands (Redis under callgrind): instructions per call from a script")
+        if shutil.which("valgrind") is None:
+            print("  valgrind is not installed: apt-get install valgrind", file=sys.stderr)
+            return 1
+        loop = asyncio.run(commands_once("local x = W[n]"))
+        for name, body in COMMANDS.items():
+            cost = asyncio.run(commands_once(f"local x = {body}")) - loop
+            print(f"  {name}: {cost:,.0f}")
     if "limits" in workloads:
         print("limits")
         show("limits", [asyncio.run(limits_once()) for _ in range(OPTS.repeats)])
