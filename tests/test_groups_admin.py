@@ -258,6 +258,9 @@ async def test_drain_removes_grouped_waiting_jobs(
 ) -> None:
     plain = await queue.add("u", {})
     grouped = [(await queue.add("g", {}, group=f"t{i % 3}")).id for i in range(7)]
+    # lifo jobs (the oldest at the LIST's tail) and jobs with a priority (the group's ZSET)
+    grouped += [(await queue.add("g", {}, group="t0", lifo=True)).id for _ in range(40)]
+    grouped += [(await queue.add("g", {}, group="t2", priority=1 + i % 3)).id for i in range(5)]
     delayed = await queue.add("g", {}, group="t1", delay=60)
     assert await redis.llen(keys.groups_ready) == 4  # "" and three groups
     await run_plan(redis, ops.drain_plan(keys, budget=budget))
@@ -265,10 +268,11 @@ async def test_drain_removes_grouped_waiting_jobs(
     for job_id in [plain.id, *grouped]:
         assert not await redis.exists(keys.job(job_id))
     for gid in ("t0", "t1", "t2"):
-        assert not await redis.exists(keys.group_wait(gid))
+        assert not await redis.exists(keys.group_wait(gid), keys.group_prioritized(gid))
+    assert await redis.zcard(keys.groups_waiting) == 0
     # the emptied groups left the rotation and the index
     assert not await redis.exists(keys.groups_ready)
-    # (a:<gid> is twice the active jobs, plus 1 in the rotation: none is left)
+    # (groups:run:<gid> is twice the active jobs, plus 1 in the rotation: none is left)
     assert not [k async for k in redis.scan_iter(match=keys.group_run("*"))]
     assert await redis.zcard(keys.groups) == 0
     assert await redis.zscore(keys.groups_delayed, delayed.id) is not None
@@ -279,6 +283,25 @@ async def test_drain_removes_grouped_waiting_jobs(
     again = await queue.add("g", {}, group="t1")
     (taken,) = await take(redis, keys)
     assert taken.id == again.id
+
+
+@pytest.mark.parametrize("budget", [1000, 2])
+async def test_drain_keeps_a_schedulers_waiting_iteration_in_its_group(
+    redis: R, queue: Queue, keys: QueueKeys, budget: int
+) -> None:
+    await queue.upsert_job_scheduler(
+        "tick", every=60, template={"name": "tick", "opts": {"group": "cron"}}
+    )
+    (iteration,) = await group_waiting(redis, keys, "cron")
+    # lifo jobs before it in the group's LIST, fifo ones after it
+    await queue.add_bulk([("j", {}, {"group": "cron", "lifo": True}) for _ in range(5)])
+    await queue.add_bulk([("j", {}, {"group": "cron"}) for _ in range(5)])
+    assert len(await group_waiting(redis, keys, "cron")) == 11
+    await run_plan(redis, ops.drain_plan(keys, budget=budget))
+    assert await group_waiting(redis, keys, "cron") == [iteration]
+    assert await redis.zrange(keys.groups_waiting, 0, -1) == [iteration.encode()]
+    assert await redis.zscore(keys.groups, "cron") == 1
+    assert await queue.get_job_counts("waiting") == {"waiting": 1}
 
 
 async def test_drain_keeps_active_groups_in_the_index(

@@ -19,8 +19,9 @@
   Returns: 1 the budget was used up (call again), 0 done.
 
   Order: wait, paused, delayed (if asked), prioritized, then the grouped jobs
-  (docs/protocol/groups.md): the waiting ones (groups:waiting, oldest first, each leaving its
-  group) and, if asked, groups:delayed. Hard parent rule per job, dedup keys released. No
+  (docs/protocol/groups.md): the waiting ones, group by group (the group of the oldest in
+  groups:waiting first, its jobs in the order it runs them, each leaving its group) and, if
+  asked, groups:delayed. Hard parent rule per job, dedup keys released. No
   events; `marker` and `pc` are left as they are. The call that finishes the drain takes the
   groups left with no waiting job out of the rotation (groups:ready).
 ]]
@@ -93,8 +94,9 @@ end
 
 local g = group_keys(q.prefix)
 
--- The grouped waiting jobs, oldest first: each leaves its group (group_unwait) and is
--- hard-removed; kept ids stay.
+-- The grouped waiting jobs: the oldest one's group first, all of it in the order it runs them
+-- (group_remove_waiting: O(1) a job, where taking the oldest job out of a LIST of lifo jobs
+-- would read the whole LIST), then the next oldest's; kept ids stay.
 local function drain_grouped_waiting()
   while budget > 0 do
     local ids = redis.call("ZRANGE", g.waiting, 0, budget + kept_count - 1)
@@ -108,13 +110,23 @@ local function drain_grouped_waiting()
       return
     end
     for _, id in ipairs(victims) do
-      local gid = job_group(job_hash_key(q.prefix, id))
-      if not (gid and group_unwait(g, gid, id)) then
-        redis.call("ZREM", g.waiting, id)
+      if budget <= 0 then
+        return
       end
-      hard_remove_job(q, id)
+      local job_key = job_hash_key(q.prefix, id)
+      local gid = redis.call("EXISTS", job_key) == 1 and job_group(job_key)
+      if gid then
+        budget = budget - group_remove_waiting(q, g, gid, kept, budget)
+        if budget <= 0 then -- (its group may not be done: the next call goes on)
+          return
+        end
+      end
+      if redis.call("ZSCORE", g.waiting, id) then -- its hash gone, or not in its group
+        redis.call("ZREM", g.waiting, id)
+        hard_remove_job(q, id)
+        budget = budget - 1
+      end
     end
-    budget = budget - #victims
   end
 end
 

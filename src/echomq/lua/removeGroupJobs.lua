@@ -29,35 +29,8 @@ local q = {prefix = KEYS[1], ["repeat"] = KEYS[2], waiting_children = KEYS[3]}
 local g = group_keys(q.prefix)
 local gid = ARGV[1]
 local budget = tonumber(ARGV[2])
-local wait_key = group_wait_key(q.prefix, gid)
-local prio_key = group_prio_key(q.prefix, gid)
-local kept = scheduler_iterations(q["repeat"])
-local skip = 0 -- kept ids at the head of the group's waiting jobs (its LIST, then its ZSET)
-local removed = 0
-
-while budget > 0 do
-  local listed = redis.call("LLEN", wait_key)
-  local ids
-  if skip < listed then
-    ids = redis.call("LRANGE", wait_key, skip, skip + budget - 1)
-  else
-    ids = redis.call("ZRANGE", prio_key, skip - listed, skip - listed + budget - 1)
-  end
-  if #ids == 0 then
-    break
-  end
-  for _, id in ipairs(ids) do
-    if kept[id] then
-      skip = skip + 1
-    else
-      group_unwait(g, gid, id)
-      hard_remove_job(q, id)
-      removed = removed + 1
-      budget = budget - 1
-    end
-  end
-end
-if budget <= 0 then
+local removed = group_remove_waiting(q, g, gid, scheduler_iterations(q["repeat"]), budget)
+if removed >= budget then
   return {removed, 1}
 end
 return {removed, 0}

@@ -48,8 +48,8 @@ local function group_rescore(g, gid, job_id, priority, lifo)
 end
 
 -- The groups left with no waiting job leave the rotation (their counter's rotation bit cleared),
--- and "" goes with them when no group is left in it. O(length of the rotation): called once by a drain that is
--- done, not per job.
+-- and "" goes with them when no group is left in it. O(length of the rotation): called once by a
+-- drain that is done, not per job.
 local function group_tidy_rotation(g)
   local entries = redis.call("LRANGE", g.ready, 0, -1)
   local kept, groups = {}, 0

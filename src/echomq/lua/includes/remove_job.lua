@@ -90,6 +90,40 @@ local function hard_remove_job(q, job_id)
   delete_job_keys(job_key)
 end
 
+-- Hard-remove up to `budget` of group `gid`'s waiting jobs in the order it runs them (its
+-- LIST, then its ZSET), passing over the ids in `kept` (schedulers' current iterations); `g` is
+-- group_keys(q.prefix). Each is taken out from near the LIST's head (past the kept ones), so a
+-- job costs O(kept) however long the group's LIST is. Returns how many were removed.
+local function group_remove_waiting(q, g, gid, kept, budget)
+  local wait_key = group_wait_key(q.prefix, gid)
+  local prio_key = group_prio_key(q.prefix, gid)
+  local skip = 0 -- kept ids at the head
+  local removed = 0
+  while removed < budget do
+    local listed = redis.call("LLEN", wait_key)
+    local want = budget - removed
+    local ids
+    if skip < listed then
+      ids = redis.call("LRANGE", wait_key, skip, skip + want - 1)
+    else
+      ids = redis.call("ZRANGE", prio_key, skip - listed, skip - listed + want - 1)
+    end
+    if #ids == 0 then
+      break
+    end
+    for _, id in ipairs(ids) do
+      if kept[id] then
+        skip = skip + 1
+      else
+        group_unwait(g, gid, id)
+        hard_remove_job(q, id)
+        removed = removed + 1
+      end
+    end
+  end
+  return removed
+end
+
 -- ZREM ids in chunks (Lua's unpack has a stack limit).
 local function zrem_ids(key, ids)
   for i = 1, #ids, 5000 do
