@@ -232,29 +232,67 @@ def free_port() -> int:
     return port
 
 
+class Callgrind:
+    """A ``redis-server`` run under callgrind (``async with``), and ``client``, a client of it.
+    :meth:`start` starts the count; on leaving, the count is dumped, the server stopped, and
+    ``counted`` holds the instructions Redis executed since the start."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.out = pathlib.Path(tempfile.mkdtemp(prefix="echomq-callgrind-")) / "callgrind.out"
+        self.client = redis.asyncio.Redis(port=self.port)
+        self.counted = 0
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def _control(self, flag: str) -> None:
+        assert self.server is not None
+        subprocess.run(
+            ["callgrind_control", flag, str(self.server.pid)], check=True, capture_output=True
+        )
+
+    def start(self) -> None:
+        self._control("-z")
+
+    async def __aenter__(self) -> Callgrind:
+        self.server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}"]
+            + [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(600):
+            try:
+                await self.client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                await asyncio.sleep(0.1)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        try:
+            if exc[0] is None:
+                self._control("-d")
+        finally:
+            await self.client.aclose()
+            self.server.terminate()
+            self.server.wait()
+        dumps = sorted(glob.glob(f"{self.out}.*"))  # the dump taken on leaving
+        for line in pathlib.Path(dumps[0]).read_text().splitlines() if dumps else ():
+            if line.startswith(("summary:", "totals:")):
+                self.counted = max(self.counted, int(line.split()[1]))
+        shutil.rmtree(self.out.parent)
+
+
 async def instructions_once(groups: int) -> dict[str, float]:
     """The drain of ``throughput_once`` with Redis under callgrind: instructions per job."""
     total = 20_000
     items: list[tuple[str, Any, dict[str, Any]]] = [
         ("j", {}, {"group": f"g{i % groups}"} if groups else {}) for i in range(total)
     ]
-    port = free_port()
-    out = pathlib.Path(tempfile.mkdtemp(prefix="echomq-callgrind-")) / "callgrind.out"
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", find_redis_server()]
-        + ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.asyncio.Redis(port=port)
-    try:
-        for _ in range(600):
-            try:
-                await client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                await asyncio.sleep(0.1)
-        await add_all(client, items)
+    async with Callgrind() as redis_server:
+        await add_all(redis_server.client, items)
         done = asyncio.Event()
         seen = 0
 
@@ -265,21 +303,9 @@ async def instructions_once(groups: int) -> dict[str, float]:
                 done.set()
             return 1
 
-        control = ["callgrind_control"]
-        subprocess.run([*control, "-z", str(server.pid)], check=True, capture_output=True)
-        await drain(client, total, process, done)
-        subprocess.run([*control, "-d", str(server.pid)], check=True, capture_output=True)
-    finally:
-        await client.aclose()
-        server.terminate()
-        server.wait()
-    dumps = sorted(glob.glob(f"{out}.*"))  # the dump taken after the drain
-    counted = 0
-    for line in pathlib.Path(dumps[0]).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            counted = max(counted, int(line.split()[1]))
-    shutil.rmtree(out.parent)
-    return {"Redis instructions/job": counted / total}
+        redis_server.start()
+        await drain(redis_server.client, total, process, done)
+    return {"Redis instructions/job": redis_server.counted / total}
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -321,38 +347,11 @@ end
 
 async def commands_once(body: str) -> float:
     """Instructions Redis executes for 20,000 iterations of a loop running ``body``."""
-    port = free_port()
-    out = pathlib.Path(tempfile.mkdtemp(prefix="echomq-callgrind-")) / "callgrind.out"
-    server = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", find_redis_server()]
-        + ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.asyncio.Redis(port=port)
-    try:
-        for _ in range(600):
-            try:
-                await client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                await asyncio.sleep(0.1)
-        await client.eval(COMMANDS_SETUP, 0)
-        control = ["callgrind_control"]
-        subprocess.run([*control, "-z", str(server.pid)], check=True, capture_output=True)
-        await client.eval(COMMANDS_LOOP.replace("BODY", body), 0)
-        subprocess.run([*control, "-d", str(server.pid)], check=True, capture_output=True)
-    finally:
-        await client.aclose()
-        server.terminate()
-        server.wait()
-    dumps = sorted(glob.glob(f"{out}.*"))
-    counted = 0
-    for line in pathlib.Path(dumps[0]).read_text().splitlines():
-        if line.startswith(("summary:", "totals:")):
-            counted = max(counted, int(line.split()[1]))
-    shutil.rmtree(out.parent)
-    return counted / 20_000
+    async with Callgrind() as redis_server:
+        await redis_server.client.eval(COMMANDS_SETUP, 0)
+        redis_server.start()
+        await redis_server.client.eval(COMMANDS_LOOP.replace("BODY", body), 0)
+    return redis_server.counted / 20_000
 
 
 # -- limits -----------------------------------------------------------------------------------
