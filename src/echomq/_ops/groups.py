@@ -88,6 +88,12 @@ def _limited(keys: QueueKeys) -> str:
     return keys.base + "groups:limited"
 
 
+def _waiting_reads(keys: QueueKeys, gid: str) -> list[tuple[Any, ...]]:
+    """The two reads whose sum is a group's waiting jobs: LLEN of its ``groups:wait:<gid>``
+    (those without a priority), ZCARD of its ``groups:prioritized:<gid>`` (those with one)."""
+    return [("LLEN", keys.group_wait(gid)), ("ZCARD", keys.group_prioritized(gid))]
+
+
 def _window(keys: QueueKeys, group: str) -> str:
     return keys.base + "groups:limit:" + group
 
@@ -353,11 +359,7 @@ def get_group_job_counts_plan(keys: QueueKeys, group: str) -> Plan[dict[str, int
 
     def plan() -> Plan[dict[str, int]]:
         waiting, active = yield CommandOp(
-            [
-                ("LLEN", keys.group_wait(gid)),
-                ("ZCARD", keys.group_prioritized(gid)),
-                ("GET", keys.group_run(gid)),
-            ],
+            [*_waiting_reads(keys, gid), ("GET", keys.group_run(gid))],
             lambda replies: (int(replies[0] or 0) + int(replies[1] or 0), active_jobs(replies[2])),
         )
         delayed = 0
@@ -382,8 +384,7 @@ def get_group_jobs_plan(
 
     def plan() -> Plan[list[tuple[str, dict[str, str]]]]:
         listed, prioritized = yield CommandOp(
-            [("LLEN", keys.group_wait(gid)), ("ZCARD", keys.group_prioritized(gid))],
-            lambda replies: (int(replies[0] or 0), int(replies[1] or 0)),
+            _waiting_reads(keys, gid), lambda replies: (int(replies[0] or 0), int(replies[1] or 0))
         )
         # indices as Redis reads them (negative ones from the end) over the LIST's jobs, which
         # run first, then the ZSET's: the slice may span both
@@ -483,8 +484,7 @@ def group_summary(keys: QueueKeys, group: str) -> CommandOp[GroupSummary]:
 
     return CommandOp(
         [
-            ("LLEN", keys.group_wait(gid)),
-            ("ZCARD", keys.group_prioritized(gid)),
+            *_waiting_reads(keys, gid),
             ("GET", keys.group_run(gid)),
             ("HGET", keys.groups_state, f"{PAUSED}:{gid}"),
         ],

@@ -113,8 +113,7 @@ local function drain_grouped_waiting()
       if budget <= 0 then
         return
       end
-      local job_key = job_hash_key(q.prefix, id)
-      local gid = redis.call("EXISTS", job_key) == 1 and job_group(job_key)
+      local gid = job_group(job_hash_key(q.prefix, id)) -- (nil when its hash is gone)
       if gid then
         budget = budget - group_remove_waiting(q, g, gid, kept, budget)
         if budget <= 0 then -- (its group may not be done: the next call goes on)

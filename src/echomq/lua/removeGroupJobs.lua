@@ -19,8 +19,8 @@
   Per job, in the order the group would run them: out of `groups:wait:<gid>` (then
   `groups:prioritized:<gid>`) and `groups:waiting`, the group's count in `groups` down by one
   (the group leaves `groups` once it has neither waiting nor active jobs), then the hard removal
-  drain does (parent rule, dedup key, job keys). No events; the group's place in the rotation is left to the next fetch, which
-  finds it empty and drops it.
+  drain does (parent rule, dedup key, job keys). No events; the group's place in the rotation
+  is left to the next fetch, which finds it empty and drops it.
 ]]
 --@include "remove_job"
 --@include "groups"
