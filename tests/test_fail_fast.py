@@ -103,9 +103,29 @@ def _parse_command(buffer: bytes) -> tuple[list[bytes], bytes] | None:
     return args, rest
 
 
+def _hello_reply(args: list[bytes]) -> bytes:
+    """What Redis 7 answers to ``HELLO [protover [AUTH user pass] [SETNAME name]]``: the
+    server's properties, a RESP3 map when the client asks for protocol 3, else (RESP2) the
+    same pairs as a flat array. redis-py 8.2 speaks RESP3 by default: it sends HELLO 3 first
+    and reads ``proto`` from that map."""
+    proto = int(args[1]) if len(args) > 1 else 2
+    pairs = [
+        (b"+server", b"+redis"),
+        (b"+version", b"+7.0.15"),
+        (b"+proto", b":%d" % proto),
+        (b"+id", b":1"),
+        (b"+mode", b"+standalone"),
+        (b"+role", b"+master"),
+        (b"+modules", b"*0"),
+    ]
+    head = b"%%%d\r\n" % len(pairs) if proto == 3 else b"*%d\r\n" % (2 * len(pairs))
+    return head + b"".join(key + b"\r\n" + value + b"\r\n" for key, value in pairs)
+
+
 class SlowServer:
     """A TCP (or TLS) listener, in threads, that answers each command ``delay`` seconds late:
-    PONG to PING, a nil to ``BLPOP`` once its timeout has passed, OK to anything else."""
+    PONG to PING, a nil to ``BLPOP`` once its timeout has passed, Redis's map of properties to
+    HELLO (:func:`_hello_reply`), OK to anything else."""
 
     def __init__(self, delay: float, tls: ssl.SSLContext | None = None) -> None:
         self.delay = delay
@@ -152,7 +172,11 @@ class SlowServer:
                     if self._stop.wait(wait):
                         return
                     self.commands.append(name)
-                    reply = {b"PING": b"+PONG\r\n", b"BLPOP": b"*-1\r\n"}.get(name, b"+OK\r\n")
+                    if name == b"HELLO":
+                        reply = _hello_reply(args)
+                    else:
+                        replies = {b"PING": b"+PONG\r\n", b"BLPOP": b"*-1\r\n"}
+                        reply = replies.get(name, b"+OK\r\n")
                     conn.sendall(reply)
         except OSError:
             pass  # the client went away
