@@ -583,18 +583,17 @@ async def test_a_grouped_id_without_a_hash_is_dropped_and_frees_its_group(
     assert await redis.get(keys.group_run("t1")) == b"2"  # one running, out of turn
 
 
-async def test_a_fetch_sets_aside_grouped_jobs_that_stalled_before(
+async def test_a_fetch_sets_aside_grouped_isolated_jobs(
     redis: R, queue: Queue, keys: QueueKeys
 ) -> None:
-    """A fetch takes at most one job that stalled before; the others it met go back to their
-    groups, still counted as waiting, not active."""
+    """An isolated job runs alone: a fetch that took a job first sets it aside, back at the
+    head of its group, still counted as waiting, not active."""
     first = await queue.add("g", {}, group="t1")
     second = await queue.add("g", {}, group="t2")
     third = await queue.add("g", {}, group="t3")
     after = await queue.add("g", {}, group="t2")
-    for job in (first, second):
-        await redis.hset(keys.job(job.id), "stc", 1)
-    # two slots: t1's job (the one that stalled before it may take), t2's set aside, t3's
+    await redis.hset(keys.job(second.id), mapping={"stc": 2, "iso": 1})
+    # two slots: t1's job, t2's set aside (not the first job), t3's
     reply = await run_op(redis, wops.finish_and_fetch(keys, [], 2, 1, PARAMS, ops.now_ms()))
     assert sorted(j.id for j in reply.jobs) == sorted([first.id, third.id])
     assert reply.set_aside == 1
@@ -609,6 +608,23 @@ async def test_a_fetch_sets_aside_grouped_jobs_that_stalled_before(
     assert await redis.zscore(keys.groups, "t2") == 2
     assert await redis.get(keys.group_run("t2")) == b"1"  # none running, in the rotation
     assert (await queue.get_job_counts("waiting", "active")) == {"waiting": 2, "active": 2}
+
+
+async def test_an_isolated_job_is_taken_alone_by_a_worker_that_is_not_busy(
+    redis: R, queue: Queue, keys: QueueKeys
+) -> None:
+    first = await queue.add("g", {}, group="t1")
+    second = await queue.add("g", {}, group="t2")
+    await redis.hset(keys.job(first.id), mapping={"stc": 2, "iso": 1})
+    busy = await run_op(
+        redis, wops.finish_and_fetch(keys, [], 2, 1, PARAMS, ops.now_ms(), busy=True)
+    )
+    assert [j.id for j in busy.jobs] == [second.id] and busy.set_aside == 1
+    await queue.add("g", {}, group="t3")
+    idle = await run_op(redis, wops.finish_and_fetch(keys, [], 2, 3, PARAMS, ops.now_ms()))
+    assert [j.id for j in idle.jobs] == [first.id]  # alone: the fetch took nothing more
+    assert idle.set_aside == 0 and wops.isolated(idle.jobs[0])
+    assert (await queue.get_job_counts("waiting", "active")) == {"waiting": 1, "active": 2}
 
 
 async def test_a_paused_group_emptied_in_the_rotation_leaves_no_counter(

@@ -167,7 +167,7 @@ async def test_watchdog_names_the_job_that_blocked_the_loop(
     assert warnings, caplog.text
     message = warnings[0].getMessage()
     assert "processor test_watchdog_names_the_job_that_blocked_the_loop.<locals>.hog" in message
-    assert f"(job {job.id})" in message and "use a sync def or processes=N" in message
+    assert f"(job {job.id})" in message and "use a sync def, asyncio.to_thread" in message
     assert warnings[0].levelno == logging.WARNING
 
 

@@ -65,9 +65,9 @@ class FinishReply:
 
     ``dangling`` lists the ids the call dropped because their job hash was missing (from
     ``wait`` or ``prioritized`` while fetching, from ``delayed`` while promoting due jobs),
-    in the order found; none of them took a slot. ``set_aside`` counts the jobs that stalled
-    before which the call left for another worker (a worker runs at most one such job; see
-    :func:`stalled_before`).
+    in the order found; none of them took a slot. ``set_aside`` counts the isolated jobs the
+    call left where they were, for a worker that is not busy (an isolated job runs alone; see
+    :func:`isolated`).
     """
 
     codes: list[int]
@@ -154,14 +154,15 @@ def finish_and_fetch(
     now: int,
     *,
     resend: bool = False,
-    runs_stalled: bool = False,
+    busy: bool = False,
 ) -> ScriptOp[FinishReply]:
     """Record ``items`` then take up to ``fetch`` jobs, in one script call.
 
     With ``resend``, the call repeats one whose reply was lost (same items, same tokens): the
     script reports items the lost call recorded with code 1 and returns the jobs it took.
-    With ``runs_stalled`` (the worker runs a job that stalled before), the call takes no job
-    that stalled before; otherwise it takes at most one.
+    With ``busy`` (the worker holds jobs other than those of ``items``, or has another fetching
+    call in flight), the call takes no isolated job; otherwise it may take one, as its first
+    and only job (:func:`isolated`).
     """
     return ScriptOp(
         scripts.get("finishAndFetch"),
@@ -178,17 +179,17 @@ def finish_and_fetch(
             params.name,
             "" if params.metrics_max_points is None else params.metrics_max_points,
             "1" if resend else "",
-            "1" if runs_stalled else "",
+            "1" if busy else "",
         ],
         _parse_reply,
     )
 
 
-def stalled_before(fetched: Fetched) -> bool:
-    """Whether a job taken for processing stalled before and will run (it carries no deferred
-    failure): it may be what killed its last worker, so a worker runs one at a time
-    (docs/protocol/scripts.md#step-fetch)."""
-    return fields.STALLED_COUNTER in fetched.hash and fields.DEFERRED_FAILURE not in fetched.hash
+def isolated(fetched: Fetched) -> bool:
+    """Whether a job taken for processing is isolated and will run (it carries no deferred
+    failure): it stalled past the max stalled count beside other jobs, so it runs alone in its
+    worker, which takes no other job meanwhile (docs/protocol/worker-rules.md#isolation)."""
+    return fields.ISOLATED in fetched.hash and fields.DEFERRED_FAILURE not in fetched.hash
 
 
 def extend_locks(

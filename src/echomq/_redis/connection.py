@@ -90,7 +90,7 @@ def _topology_client(
     kwargs = topology.node_kwargs(t, budget, options)
     if t.kind == "sentinel":
         assert t.service is not None
-        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(t.nodes), sentinel_kwargs=topology.sentinel_kwargs(t, budget)
         )
         if t.tls:
@@ -231,7 +231,7 @@ class AsyncConn:
         with contextlib.suppress(RuntimeError):  # no running loop: a later follow starts it
             self._watch.start()
 
-    def new_client(self, **overrides: object) -> redis.asyncio.Redis:
+    def new_client(self, *, follow: bool = True, **overrides: object) -> redis.asyncio.Redis:
         """A second, independent client to the same server (for blocking commands).
 
         A ``client_name`` is set on each connection where the server allows it; where it
@@ -239,6 +239,9 @@ class AsyncConn:
         connection stays unnamed and the refusal is logged once (``restricted``).
 
         Args:
+            follow: on a Sentinel-managed client, drop the new client's connections as soon as
+                the Sentinels switch masters, from this loop; False for a client used on
+                another event loop (it finds the new master when a connection fails).
             **overrides: connection keyword arguments to change (e.g. ``client_name``).
         """
         client = self.client
@@ -273,7 +276,7 @@ class AsyncConn:
             new_pool = pool.__class__(connection_class=pool.connection_class, **kwargs)
         # from_pool: the new client owns its pool and closes it with itself.
         made = redis.asyncio.Redis.from_pool(new_pool)
-        if isinstance(new_pool, redis.asyncio.sentinel.SentinelConnectionPool):
+        if follow and isinstance(new_pool, redis.asyncio.sentinel.SentinelConnectionPool):
             self._follow_failovers(new_pool)
         named = kwargs.get("client_name") and kwargs.get("redis_connect_func") is None
         if named and open_channel(made) is None:

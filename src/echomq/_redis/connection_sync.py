@@ -83,7 +83,7 @@ def _topology_client(
     kwargs = topology.node_kwargs(t, budget, options)
     if t.kind == "sentinel":
         assert t.service is not None
-        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(t.nodes), sentinel_kwargs=topology.sentinel_kwargs(t, budget)
         )
         if t.tls:

@@ -54,8 +54,9 @@
              deleted by keepCount 0 counts as finished); found there, its code is 1;
            - the jobs the lost send took still hold its tokens (prefix .. ARGV[5] + i - 1):
              if any is in `active`, those jobs are returned again and no more are taken.
-  ARGV[12] "1" when the worker runs a job that stalled before (`stc`): it takes no other such
-           job (includes/fetch.lua), else "" or absent
+  ARGV[12] "1" when the worker is busy (it holds jobs other than those this call finishes,
+           or has another fetching call in flight): it takes no isolated job (`iso`,
+           includes/fetch.lua), else "" or absent
 
   Returns: {codes, taken, rate_limit_ttl, next_delayed_due, dangling, set_aside}
     codes: one integer per item, 0, 1 (recorded by the lost send of a resent call) or an
@@ -64,8 +65,8 @@
     taken: flat {id, token, HGETALL, ...}
     dangling: flat {id, structure, ...}: ids removed from wait, prioritized or delayed because
       their job hash was missing (they took no slot)
-    set_aside: how many jobs that stalled before the fetch left where they were (a worker runs
-      at most one such job)
+    set_aside: how many isolated jobs the fetch left where they were (an isolated job runs
+      alone in its worker)
 ]]
 --@include "common"
 --@include "job_keys"
@@ -482,7 +483,7 @@ elseif want > 0 then
   fetched = fetch_jobs(k, now, want, {
     token_prefix = ARGV[4], token_start = tonumber(ARGV[5]), lock_ms = ARGV[6],
     limiter_max = tonumber(ARGV[7]), limiter_duration = tonumber(ARGV[8]), name = ARGV[9],
-    runs_stalled = ARGV[12] == "1",
+    busy = ARGV[12] == "1",
   })
 end
 if any_delayed then

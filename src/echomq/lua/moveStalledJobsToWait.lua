@@ -25,7 +25,9 @@
   failure), unless it is the live iteration of a job scheduler. A suspect with neither a lock
   nor a hash is dangling: it is only removed from active (no event, and no write to its job
   key, which would create a partial hash). Then every active job becomes a suspect for the
-  next check. Both arrays are empty when another check ran within the interval.
+  next check. echomq extension (docs/protocol/worker-rules.md#isolation): with a max count of
+  at least 1, a job past it that was not isolated yet is isolated instead (`iso` = 1): it runs
+  alone from then on, and only a stall of an isolated job, which ran alone, gets `defa`. Both arrays are empty when another check ran within the interval.
   Grouped jobs (docs/protocol/groups.md#groups-rules) get the same treatment with
   `groups:stalled` and `groups:active`; a recovered one returns to its group.
 ]]
@@ -42,6 +44,7 @@ if redis.call("EXISTS", q.stalled_check) == 1 then
 end
 redis.call("SET", q.stalled_check, ARGV[2], "PX", ARGV[3])
 local max_stalled = tonumber(ARGV[1])
+local isolate = max_stalled >= 1
 local max_len = max_events(q.meta)
 redis.call("XTRIM", q.events, "MAXLEN", "~", max_len)
 
@@ -53,7 +56,11 @@ local function recover(job_key, id, blocked, g, gid)
   local scheduled = rjk and (redis.call("EXISTS", scheduler_hash_key(q.prefix, rjk)) == 1
     or redis.call("ZSCORE", q["repeat"], rjk) ~= false)
   if stalled > max_stalled and not scheduled then
-    redis.call("HSET", job_key, "defa", ARGV[4])
+    if isolate and redis.call("HSETNX", job_key, "iso", "1") == 1 then
+      -- it stalled beside other jobs: run it alone before blaming it
+    else
+      redis.call("HSET", job_key, "defa", ARGV[4])
+    end
   end
   if gid then
     group_place(g, id, gid, tonumber(redis.call("HGET", job_key, "priority")) or 0, true,

@@ -28,6 +28,9 @@ ATTEMPTS_MADE = "atm"
 LEGACY_ATTEMPTS_MADE = "attemptsMade"
 STALLED_COUNTER = "stc"
 DEFERRED_FAILURE = "defa"
+#: echomq extension: set by the stalled check on a job past the max stalled count that stalled
+#: beside others; it runs alone from then on (docs/protocol/worker-rules.md#isolation)
+ISOLATED = "iso"
 PROGRESS = "progress"
 RETURN_VALUE = "returnvalue"
 FAILED_REASON = "failedReason"

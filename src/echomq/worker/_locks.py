@@ -4,16 +4,30 @@ A lock that could not be renewed is reported; the job keeps running (as in Node)
 finish will be refused by the script, after which the stalled checker deals with it. The
 renewer runs in every worker state that holds jobs (running and closing), so a job waiting
 for its outcome to be recorded never loses its lock to a worker that is shutting down.
+
+The renewer runs off the worker's event loop (:func:`run_in_thread`): in a thread of its own,
+on an event loop of its own, over a client of its own. An ``async def`` processor that blocks
+the loop (``time.sleep``, a blocking client, a CPU loop) for longer than the lock then stalls
+the worker's other work, but does not lose its job to another worker's stalled check (the
+event-loop watchdog says which processor blocked, and for how long). The thread reads the
+table of held jobs by copying it, which CPython does atomically, and hands lost locks back to
+the worker's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis.asyncio
+
 from .._ops import worker as wops
+from .._redis import topology
 from .._redis.connection import AsyncConn
 from .._redis.retry import TRANSIENT, RetryBackoff
 from ..protocol.keys import QueueKeys
@@ -75,6 +89,72 @@ class LockRenewer:
                 failures += 1
                 delay = backoff.advance()
                 continue
+            except Exception as exc:  # the renewer must never die silently
+                logger.exception("lock renewal error (%s); retrying", exc)
+                delay = backoff.advance()
+                continue
             failures = 0
             backoff.reset()
             delay = self.interval
+
+
+async def run_in_thread(
+    renewer: LockRenewer,
+    keep_going: Callable[[], bool],
+    new_client: Callable[[], redis.asyncio.Redis],
+) -> None:
+    """Run ``renewer`` in a daemon thread, on an event loop of its own, until cancelled (or
+    ``keep_going()`` turns false), over a client made by ``new_client`` (closed at the end).
+
+    The renewer's ``on_lost`` is called on the caller's loop. Cancelling this coroutine stops
+    the thread's loop and waits for the thread to end.
+    """
+    caller = asyncio.get_running_loop()
+    on_lost = renewer.on_lost
+    started: concurrent.futures.Future[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]]
+    started = concurrent.futures.Future()
+    ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def lost(ids: list[str]) -> None:
+        if on_lost is not None:
+            with contextlib.suppress(RuntimeError):  # the worker's loop closed meanwhile
+                caller.call_soon_threadsafe(on_lost, ids)
+
+    async def main() -> None:
+        client = new_client()
+        conn = AsyncConn(client)
+        task = asyncio.current_task()
+        assert task is not None
+        started.set_result((asyncio.get_running_loop(), task))
+        try:
+            thread_renewer = LockRenewer(
+                renewer.keys, conn, renewer.held, renewer.lock_ms, renewer.interval, lost
+            )
+            await thread_renewer.run(keep_going)
+        finally:
+            await topology.aclose(client)
+
+    def thread_main() -> None:
+        try:
+            asyncio.run(main())
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # reported to the awaiting coroutine
+            if not started.done():
+                started.set_exception(exc)
+            ended.set_exception(exc)
+            return
+        ended.set_result(None)
+
+    thread = threading.Thread(
+        target=thread_main, name=f"echomq-locks-{renewer.keys.name}", daemon=True
+    )
+    thread.start()
+    try:
+        await asyncio.shield(asyncio.wrap_future(ended))
+    except asyncio.CancelledError:
+        loop, task = await asyncio.wrap_future(started)
+        with contextlib.suppress(RuntimeError):  # its loop has ended already
+            loop.call_soon_threadsafe(task.cancel)
+        await asyncio.shield(asyncio.wrap_future(ended))
+        raise

@@ -39,7 +39,7 @@ from ._finisher import Finished, Finisher
 from ._handback import FINISH_DEADLINE, HandBack
 from ._hooks import Hooks
 from ._lifecycle import Lifecycle, WorkerState
-from ._locks import LockRenewer
+from ._locks import LockRenewer, run_in_thread
 from ._outages import OutageLog, call_through_outages
 from ._pool import ProcessPool
 from ._registry import Heartbeat
@@ -97,10 +97,12 @@ class Session:
         self.runs: dict[str, RunState] = {}  # token -> the run of a job being processed
         self._token_counter = 0
         self._reserved = 0
-        # Tokens of running jobs that stalled before (a worker runs one at a time, see
-        # wops.stalled_before), and how many calls that may take one are in flight.
-        self._stalled_tokens: set[str] = set()
-        self._stalled_calls = 0
+        # Tokens of running isolated jobs (each runs alone, see wops.isolated), how many
+        # fetching calls are in flight, and until when the worker makes room for an isolated
+        # job a fetch set aside (it takes no more jobs until it holds none).
+        self._isolated: set[str] = set()
+        self._fetching_calls = 0
+        self._make_room_until = 0.0
         self._rate_limit_until = 0.0
         # Node's maximumRateLimitDelay: never sleep longer than this for a rate limit
         self._max_rate_limit_delay = to_seconds(
@@ -177,10 +179,17 @@ class Session:
         self._fetch_task = asyncio.create_task(self._fetch_loop(), name=f"echomq-fetch-{name}")
         self._finish_task = asyncio.create_task(self.finisher.run(), name=f"echomq-finish-{name}")
         # skip_lock_renewal / skip_stalled_check: the task ends at once (it is awaited on close)
-        self._renew_task = asyncio.create_task(
-            _skipped() if opts.skip_lock_renewal else renewer.run(life.may_renew),
-            name=f"echomq-locks-{name}",
+        # Renewed from a thread: a processor that blocks this loop does not lose its locks.
+        renewing = (
+            _skipped()
+            if opts.skip_lock_renewal
+            else run_in_thread(
+                renewer,
+                life.may_renew,
+                lambda: self.conn.new_client(follow=False, client_name=None),
+            )
         )
+        self._renew_task = asyncio.create_task(renewing, name=f"echomq-locks-{name}")
         self._stalled_task = asyncio.create_task(
             _skipped()
             if opts.skip_stalled_check
@@ -280,8 +289,13 @@ class Session:
         """
         if not self.life.may_fetch_now():
             return 0
-        if time.monotonic() < self._rate_limit_until:
+        now = time.monotonic()
+        if now < self._rate_limit_until:
             return 0
+        if self._isolated and self._isolated.intersection(self.running):
+            return 0  # an isolated job runs alone
+        if now < self._make_room_until and self.held:
+            return 0  # until it holds none: then a fetch may take the isolated job set aside
         free = self.options.concurrency - len(self.running) - self._reserved
         return free if for_finisher else free - len(self.finisher.pending)
 
@@ -318,14 +332,12 @@ class Session:
         start = self._token_counter
         self._token_counter += fetch
         keys, params = self.keys, self._fetch_params
-        runs_stalled = self._runs_stalled()
-        may_take_stalled = int(fetch > 0 and not runs_stalled)
-        self._stalled_calls += may_take_stalled
+        busy = self._busy(len(items))
+        fetching = int(fetch > 0)
+        self._fetching_calls += fetching
         try:
             try:  # the common case, without the retry machinery
-                op = wops.finish_and_fetch(
-                    keys, items, fetch, start, params, now_ms(), runs_stalled=runs_stalled
-                )
+                op = wops.finish_and_fetch(keys, items, fetch, start, params, now_ms(), busy=busy)
                 return await self.conn.run(op)
             except Exception as exc:
                 kind = classify(exc)
@@ -347,7 +359,7 @@ class Session:
                     params,
                     now_ms(),
                     resend=resend or first_resend,
-                    runs_stalled=runs_stalled,
+                    busy=busy,
                 )
                 return self.conn.run(op)
 
@@ -361,13 +373,13 @@ class Session:
             return await call_through_outages(log.what, attempt, give_up, log=log)
         finally:
             self._reserved -= fetch
-            self._stalled_calls -= may_take_stalled
+            self._fetching_calls -= fetching
 
-    def _runs_stalled(self) -> bool:
-        """Whether a job that stalled before runs here, or a call that may take one is in
-        flight: the next call then takes no such job (a worker runs one at a time)."""
-        self._stalled_tokens.intersection_update(self.running)
-        return bool(self._stalled_tokens) or self._stalled_calls > 0
+    def _busy(self, finishing: int) -> bool:
+        """Whether the worker holds jobs besides the ``finishing`` ones a call records, or has
+        a fetching call in flight: that call then takes no isolated job, which runs alone."""
+        self._isolated.intersection_update(self.held)
+        return len(self.held) > finishing or self._fetching_calls > 0
 
     def dispatch(self, reply: wops.FinishReply, *, keep_one: bool = False) -> Job | None:
         """Start the jobs a call took, each in its own task; with ``keep_one`` the first is
@@ -396,8 +408,16 @@ class Session:
                 continue
             job = Job.from_hash(fetched.id, fetched.hash, self.keys, self.conn)
             job._token = fetched.token
-            if wops.stalled_before(fetched):
-                self._stalled_tokens.add(fetched.token)
+            if wops.isolated(fetched):
+                self._isolated.add(fetched.token)
+                logger.warning(
+                    "queue=%s job=%s runs alone: it stalled %s times, beside other jobs; if "
+                    "it stalls once more it fails",
+                    self._name,
+                    fetched.id,
+                    job.stalled_counter,
+                    extra={"queue": self._name, "job_id": fetched.id, "status": "isolated"},
+                )
             if keep_one and kept is None:
                 kept = job
                 self.running[fetched.token] = asyncio.current_task()  # type: ignore[assignment]
@@ -405,6 +425,11 @@ class Session:
             self.running[fetched.token] = asyncio.create_task(
                 self._execute(job), name=f"echomq-job-{fetched.id}"
             )
+        if reply.set_aside:  # an isolated job waits for a worker that holds nothing else
+            self._make_room_until = time.monotonic() + self._waiter_delay
+        elif self._make_room_until and not self.held:
+            self._make_room_until = 0.0
+            self.wake_fetcher()  # the room is made: fetch now
         if reply.rate_limit_ttl_ms > 0:
             delay = min(reply.rate_limit_ttl_ms / 1000, self._max_rate_limit_delay)
             self._rate_limit_until = time.monotonic() + delay
@@ -467,8 +492,8 @@ class Session:
                     return
                 self.dispatch(reply)
                 if not reply.jobs and reply.set_aside:
-                    # Only jobs that stalled before are ready, and one runs here: the call put
-                    # the marker back for other workers, so wait for a job of ours to end.
+                    # Only isolated jobs are ready and this worker is busy: the call put the
+                    # marker back for other workers, so wait for the room to be made.
                     self._wake.clear()
                     await self._idle(_wait_for(self._wake, self._waiter_delay))
                     continue

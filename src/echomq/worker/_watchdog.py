@@ -1,11 +1,12 @@
 """The event-loop watchdog: warns, naming the running jobs, when the loop was blocked.
 
-A worker's loop renews every lock of the jobs it holds. An ``async def`` processor that computes
-without awaiting (or calls blocking I/O) stops that loop; past the lock duration, another
-worker's stalled check takes its jobs and they run twice. The watchdog sleeps in short steps
-and measures how late each wake-up was: a lateness over ``threshold`` (a quarter of the lock
-duration) is logged once per blocked stretch as a WARNING that names the processor and the
-jobs its async processor was running, and how to fix it.
+An ``async def`` processor that computes without awaiting (or calls blocking I/O) stops the
+worker's loop: no other job of the worker runs, nothing is fetched or recorded, and the jobs'
+locks are kept only because a thread renews them (``_locks.run_in_thread``). The watchdog
+sleeps in short steps and measures how late each wake-up was: a lateness over ``threshold`` (a
+quarter of the lock duration) is logged as a WARNING that names the processor, how long the
+loop was blocked and the jobs its async processor was running, and how to fix it; once per
+job (a stretch that names only jobs warned about already is not logged again).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class LoopWatchdog:
         #: the longest stretch seen so far (seconds), for tests and diagnostics
         self.worst = 0.0
         self._started: list[str] = []  # async jobs started during the current step
+        self._warned: set[str] = set()  # jobs named in a warning already (once per job)
 
     def note(self, job_id: str) -> None:
         """An async processor starts running ``job_id`` (it may block the loop this step)."""
@@ -63,13 +65,17 @@ class LoopWatchdog:
                 self.worst = late
             if late > self.threshold:
                 blocked = sorted(set(jobs).union(self._started), key=jobs_order)
-                self._warn(late, blocked)
+                if not blocked or not self._warned.issuperset(blocked):
+                    self._warn(late, blocked)
+                self._warned.intersection_update(self._running())  # forget finished jobs
+                self._warned.update(blocked)
 
     def _warn(self, late: float, jobs: list[str]) -> None:
         named = f" (job {', '.join(jobs)})" if jobs else ""
         logger.warning(
-            "queue=%s processor %s blocked the event loop for %.1f s%s; use a sync def or "
-            "processes=N (locks are not renewed while the loop is blocked)",
+            "queue=%s processor %s blocked the event loop for %.1f s%s; nothing else of this "
+            "worker ran meanwhile (its locks were renewed from a thread): use a sync def, "
+            "asyncio.to_thread or processes=N for blocking code",
             self._queue,
             self._processor,
             late,

@@ -170,13 +170,14 @@ local function start_job(k, job_key, id, token, now, w, max_jobs, duration)
   return redis.call("HGETALL", job_key)
 end
 
--- Most jobs that stalled before one fetch sets aside before it stops looking further.
+-- Most isolated jobs one fetch sets aside before it stops looking further.
 local SET_ASIDE_MAX = 100
 
--- Whether a job stalled before (`stc`) and will run: it may be what killed its last worker.
--- One carrying `defa` is only failed by its taker, so it runs nothing.
-local function stalled_before(job_key)
-  local f = redis.call("HMGET", job_key, "stc", "defa")
+-- Whether a job is isolated (`iso`, set by the stalled check when it stalled past the max
+-- stalled count beside other jobs) and will run: it may be what killed its workers, so it
+-- runs alone. One carrying `defa` is only failed by its taker, so it runs nothing.
+local function isolated(job_key)
+  local f = redis.call("HMGET", job_key, "iso", "defa")
   return f[1] ~= false and f[2] == false
 end
 
@@ -196,19 +197,19 @@ local function put_back(k, aside, now)
 end
 
 -- Take up to `count` jobs. `w` holds the worker's parameters:
--- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name, runs_stalled (the
--- worker runs a job that stalled before).
+-- token_prefix, token_start, lock_ms, limiter_max, limiter_duration, name, busy (the worker
+-- holds other jobs, or has another call in flight that may take some).
 -- Returns {flat {id, token, hash, id, token, hash, ...}, rate_limit_ttl, next_delayed_due,
 -- dangling, set_aside}, where dangling is `dangling_jobs` (flat {id, structure, ...}, also
 -- holding those dropped earlier in the same script). A dangling id popped from wait or
 -- prioritized is removed from active again and takes no slot, no lock, no token and no limiter
 -- count.
 --
--- A worker runs at most one job that stalled before: a poison job that kills its worker then
--- never shares a process with the jobs it killed before (each of which would stall once more
--- and fail at the max stalled count). A fetch takes at most one such job, none for a worker
--- that runs one; the others it meets are set aside (up to SET_ASIDE_MAX) and put back where
--- they were, and set_aside counts them.
+-- An isolated job runs alone in its worker: a fetch takes one only as its first job, for a
+-- worker that is not busy, and then takes nothing more; so the next time it kills its worker
+-- it kills nothing else, and the stalled check knows whom to blame. The isolated jobs a fetch
+-- meets otherwise are set aside (up to SET_ASIDE_MAX) and put back where they were, and
+-- set_aside counts them (the worker then makes room: docs/protocol/worker-rules.md).
 local function fetch_jobs(k, now, count, w)
   local meta = redis.call("HMGET", k.meta, "paused", "concurrency", "max", "duration")
   local concurrency = tonumber(meta[2])
@@ -230,10 +231,10 @@ local function fetch_jobs(k, now, count, w)
     return {taken, 0, 0, dangling_jobs, 0}
   end
   local aside = {}
-  local may_take_stalled = not w.runs_stalled
+  local alone = false -- an isolated job was taken: nothing more
   local dry = false -- nothing more was ready
   local i = 1
-  while i <= count do
+  while i <= count and not alone do
     if concurrency ~= nil and active_count(k) >= concurrency then
       break
     end
@@ -250,7 +251,7 @@ local function fetch_jobs(k, now, count, w)
     end
     local job_key = job_hash_key(k.prefix, id)
     local exists = redis.call("EXISTS", job_key) == 1
-    local stalled = exists and stalled_before(job_key)
+    local lone = exists and isolated(job_key)
     if not exists then
       -- checked before any write: a lock or an HSET here would fake a job
       if gid then
@@ -261,7 +262,7 @@ local function fetch_jobs(k, now, count, w)
         redis.call("LREM", k.active, 1, id)
       end
       drop_dangling(id, source)
-    elseif stalled and not may_take_stalled then
+    elseif lone and (w.busy or i > 1) then
       if gid then
         group_untake(k.g)
       else
@@ -272,9 +273,7 @@ local function fetch_jobs(k, now, count, w)
         break
       end
     else
-      if stalled then
-        may_take_stalled = false
-      end
+      alone = lone
       local token = w.token_prefix
       if w.token_start then -- nil: the prefix is the whole token (one job)
         token = token .. int_str(w.token_start + i - 1)

@@ -352,7 +352,7 @@ end
 
 -- The jobs a fetch takes (group_take) join g.active and leave g.waiting together when it ends:
 -- one LPUSH and one ZREM for them all instead of two commands per job. Until then they are in
--- g.taken, which the fetch counts as active; a job it gives back (it stalled before, or its
+-- g.taken, which the fetch counts as active; a job it gives back (it is isolated, or its
 -- hash is gone) leaves g.taken with group_untake.
 local function group_flush_taken(g)
   local ids = g.taken
@@ -436,7 +436,7 @@ local function group_take(g, gid, now)
   return id, score
 end
 
--- A grouped job taken by this fetch and set aside again (it stalled before): back where it was
+-- A grouped job taken by this fetch and set aside again (it is isolated): back where it was
 -- among its group's waiting jobs, the head of its LIST or its score (false: from the LIST) in
 -- its ZSET (group_untake kept it out of g.active and in g.waiting).
 local function group_put_back(g, gid, id, score, now)

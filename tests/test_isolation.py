@@ -1,0 +1,182 @@
+"""Recovery at full speed, isolation of a job that keeps killing its worker, locks kept through
+a blocked event loop: with real worker processes (``procs.recording``) and a real server.
+
+- A mass crash: every orphan restarts at once on the survivor's free slots (the rule before
+  isolation ran one job that stalled before at a time per worker).
+- A poison job (``os._exit``) among others, max stalled count 1: the innocents that shared its
+  process twice are isolated rather than failed, each runs alone and completes; the poison
+  fails after a stall while alone.
+- An ``async def`` processor that blocks its loop longer than the lock keeps its job: the locks
+  are renewed from a thread, so each job runs once, none stalls.
+- The stalled check's rule itself, through the script: past the limit a job is isolated first,
+  and failed only once isolated; with a max stalled count of 0, at once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+import echomq
+from _procs import WorkerProc, WorkerProcs, run_counts
+from echomq import _ops as ops
+from echomq._ops import worker as wops
+from echomq._redis.run import run_op
+from echomq.protocol.keys import QueueKeys
+from helpers import queue_key, wait_for
+
+pytestmark = pytest.mark.timeout(90)
+
+PARAMS = wops.FetchParams("t:", 30_000)
+
+
+@pytest.fixture
+def procs(tmp_path: Path, redis_url: str) -> Iterator[WorkerProcs]:
+    with WorkerProcs(tmp_path, redis_url) as group:
+        yield group
+
+
+async def _ids_in(r: Redis, queue: str, state: str) -> set[str]:
+    return {m.decode() for m in await r.zrange(queue_key(queue, state), 0, -1)}
+
+
+async def test_a_mass_crash_restarts_every_orphan_at_once(
+    procs: WorkerProcs, redis: Redis, queue_name: str
+) -> None:
+    n = 20
+    jobs = await echomq.add_bulk(
+        queue_name, [("rec", {"sleep": 3.0}) for _ in range(n)], connection=redis
+    )
+    ids = [job.id for job in jobs]
+    victims = [procs.start(queue_name, concurrency=10) for _ in range(2)]
+
+    async def all_started() -> bool:
+        return len(await run_counts(redis, queue_name)) == n
+
+    await wait_for(all_started, timeout=30, message="the first workers never took every job")
+    for victim in victims:
+        victim.kill()
+    killed = time.monotonic()
+    survivor = procs.start(queue_name, concurrency=n)
+
+    async def all_restarted() -> bool:
+        counts = await run_counts(redis, queue_name)
+        return all(counts[job_id] >= 2 for job_id in ids)
+
+    await wait_for(
+        all_restarted, timeout=20, message=f"not all orphans restarted:\n{survivor.log()}"
+    )
+    # lock 1 s + two stalled intervals of 0.5 s + the survivor's start-up; one at a time, the
+    # last would start after 19 runs of 3 s
+    assert time.monotonic() - killed < 8.0
+    await wait_for(
+        lambda: _count(redis, queue_key(queue_name, "completed"), n),
+        timeout=20,
+        message=survivor.log(),
+    )
+    for job_id in ids:
+        h = await redis.hgetall(queue_key(queue_name, job_id))
+        assert h[b"stc"] == b"1" and b"iso" not in h, (job_id, h)
+
+
+async def _count(r: Redis, key: str, n: int) -> bool:
+    return bool(await r.zcard(key) >= n)
+
+
+async def test_a_poison_job_fails_alone_and_its_neighbours_complete(
+    procs: WorkerProcs, redis: Redis, queue_name: str
+) -> None:
+    innocents = [
+        job.id
+        for job in await echomq.add_bulk(
+            queue_name, [("rec", {"sleep": 1.0}) for _ in range(4)], connection=redis
+        )
+    ]
+    poison = (await echomq.add(queue_name, "rec", {"exit": True}, connection=redis)).id
+    extra = ("--max-stalled-count", "1")
+    current: list[WorkerProc] = [procs.start(queue_name, concurrency=8, extra=extra)]
+
+    async def settled() -> bool:  # a supervisor: a dead worker is replaced at once
+        if current[-1].proc.poll() is not None:
+            current.append(procs.start(queue_name, concurrency=8, extra=extra))
+        done = await _ids_in(redis, queue_name, "completed")
+        failed = await _ids_in(redis, queue_name, "failed")
+        return done | failed == {*innocents, poison}
+
+    await wait_for(settled, timeout=60, message="jobs never settled:\n" + current[-1].log())
+    assert await _ids_in(redis, queue_name, "completed") == set(innocents)
+    assert await _ids_in(redis, queue_name, "failed") == {poison}
+    h = await redis.hgetall(queue_key(queue_name, poison))
+    assert h[b"failedReason"] == b"job stalled more than allowable limit"
+    assert h[b"iso"] == b"1" and h[b"stc"] == b"3"  # ran twice beside others, once alone
+    counts = await run_counts(redis, queue_name)
+    assert counts[poison] == 3
+    # each worker died once per run of the poison; nothing else killed one
+    assert len(current) == 4, [w.log() for w in current]
+
+
+async def test_a_blocked_event_loop_keeps_its_locks(
+    procs: WorkerProcs, redis: Redis, queue_name: str
+) -> None:
+    jobs = await echomq.add_bulk(
+        queue_name, [("rec", {"block": 2.5}) for _ in range(4)], connection=redis
+    )
+    ids = [job.id for job in jobs]
+    # two workers with a 1 s lock and a stalled check every 0.3 s: a lost lock is found
+    workers = [procs.start(queue_name, concurrency=4, stalled_interval=0.3) for _ in range(2)]
+    await wait_for(
+        lambda: _count(redis, queue_key(queue_name, "completed"), len(ids)),
+        timeout=40,
+        message="\n".join(w.log() for w in workers),
+    )
+    counts = await run_counts(redis, queue_name)
+    assert all(counts[job_id] == 1 for job_id in ids), counts
+    for job_id in ids:
+        h = await redis.hgetall(queue_key(queue_name, job_id))
+        assert b"stc" not in h and h[b"ats"] == b"1" and h[b"atm"] == b"1", (job_id, h)
+    events = await redis.xrange(queue_key(queue_name, "events"))
+    assert not [f for _, f in events if f[b"event"] == b"stalled"]
+    logs = "".join(w.log() for w in workers)
+    named = re.findall(r"blocked the event loop for [0-9.]+ s \(job ([0-9, ]+)\)", logs)
+    warned = [job_id for group in named for job_id in group.split(", ")]
+    assert sorted(warned) == sorted(ids), logs  # each job named once
+
+
+async def _stall(redis: Redis, keys: QueueKeys, job_id: str, max_stalled: int) -> list[str]:
+    """Take the job, drop its lock, and run the stalled check twice (suspect, then recover)."""
+    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 1, 1, PARAMS, ops.now_ms()))
+    assert [j.id for j in reply.jobs] == [job_id]
+    await redis.delete(keys.job(job_id) + ":lock")
+    recovered: list[str] = []
+    for _ in range(2):
+        await redis.delete(keys.stalled_check)
+        op = wops.move_stalled_jobs_to_wait(keys, max_stalled, 30_000, ops.now_ms())
+        recovered += (await run_op(redis, op)).recovered
+    return recovered
+
+
+async def test_the_stalled_check_isolates_before_it_fails(redis: Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    job = await echomq.add(queue_name, "j", {}, connection=redis)
+    assert await _stall(redis, keys, job.id, 1) == [job.id]
+    h = await redis.hgetall(keys.job(job.id))
+    assert h[b"stc"] == b"1" and b"iso" not in h and b"defa" not in h
+    await _stall(redis, keys, job.id, 1)  # past the limit, beside others maybe: isolated
+    h = await redis.hgetall(keys.job(job.id))
+    assert h[b"stc"] == b"2" and h[b"iso"] == b"1" and b"defa" not in h
+    await _stall(redis, keys, job.id, 1)  # it stalled alone: it fails
+    h = await redis.hgetall(keys.job(job.id))
+    assert h[b"stc"] == b"3" and h[b"defa"] == b"job stalled more than allowable limit"
+
+
+async def test_no_isolation_with_a_max_stalled_count_of_zero(redis: Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    job = await echomq.add(queue_name, "j", {}, connection=redis)
+    await _stall(redis, keys, job.id, 0)
+    h = await redis.hgetall(keys.job(job.id))
+    assert b"iso" not in h and h[b"defa"] == b"job stalled more than allowable limit"
