@@ -14,6 +14,8 @@ a blocked event loop: with real worker processes (``procs.recording``) and a rea
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -26,8 +28,10 @@ import echomq
 from _procs import WorkerProc, WorkerProcs, run_counts
 from echomq import _ops as ops
 from echomq._ops import worker as wops
+from echomq._redis.connection import AsyncConn
 from echomq._redis.run import run_op
 from echomq.protocol.keys import QueueKeys
+from echomq.worker._locks import LockRenewer, run_in_thread
 from helpers import queue_key, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -180,3 +184,40 @@ async def test_no_isolation_with_a_max_stalled_count_of_zero(redis: Redis, queue
     await _stall(redis, keys, job.id, 0)
     h = await redis.hgetall(keys.job(job.id))
     assert b"iso" not in h and h[b"defa"] == b"job stalled more than allowable limit"
+
+
+async def _held_job(redis: Redis, queue_name: str, lock_ms: int) -> tuple[QueueKeys, str, str]:
+    keys = QueueKeys(queue_name)
+    job = await echomq.add(queue_name, "j", {}, connection=redis)
+    params = wops.FetchParams("t:", lock_ms)
+    reply = await run_op(redis, wops.finish_and_fetch(keys, [], 1, 1, params, ops.now_ms()))
+    return keys, job.id, reply.jobs[0].token
+
+
+@pytest.mark.parametrize("thread", [True, False])
+async def test_the_renewer_keeps_a_lock_through_a_blocked_loop_only_from_its_thread(
+    redis: Redis, redis_url: str, queue_name: str, thread: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys, job_id, token = await _held_job(redis, queue_name, 600)
+    conn = AsyncConn(redis)
+
+    def new_client() -> Redis:
+        if not thread:
+            raise RuntimeError("no second client here")
+        return Redis.from_url(redis_url)
+
+    renewer = LockRenewer(keys, conn, lambda: {token: job_id}, 600, 0.2)
+    task = asyncio.create_task(run_in_thread(renewer, lambda: True, new_client))
+    try:
+        await asyncio.sleep(0.3)
+        time.sleep(1.2)  # this loop is blocked for twice the lock
+        held = await redis.get(keys.job(job_id) + ":lock")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if thread:
+        assert held == token.encode()
+    else:  # renewed on the blocked loop: the lock expired meanwhile
+        assert held is None
+        assert "lock renewal cannot run in a thread (RuntimeError" in caplog.text

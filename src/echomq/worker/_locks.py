@@ -121,10 +121,14 @@ async def run_in_thread(
                 caller.call_soon_threadsafe(on_lost, ids)
 
     async def main() -> None:
-        client = new_client()
-        conn = AsyncConn(client)
         task = asyncio.current_task()
         assert task is not None
+        try:
+            client = new_client()
+        except Exception as exc:
+            started.set_exception(exc)
+            return
+        conn = AsyncConn(client)
         started.set_result((asyncio.get_running_loop(), task))
         try:
             thread_renewer = LockRenewer(
@@ -151,9 +155,25 @@ async def run_in_thread(
     )
     thread.start()
     try:
+        loop, task = await asyncio.shield(asyncio.wrap_future(started))
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # its loop, to stop, if it started one
+            loop, task = await asyncio.wrap_future(started)
+            loop.call_soon_threadsafe(task.cancel)
+        raise
+    except Exception as exc:  # no client for the thread: renew on this loop instead
+        logger.warning(
+            "queue=%s lock renewal cannot run in a thread (%s: %s); renewing on the event "
+            "loop, where a processor that blocks it delays the renewal",
+            renewer.keys.name,
+            type(exc).__name__,
+            exc,
+        )
+        await renewer.run(keep_going)
+        return
+    try:
         await asyncio.shield(asyncio.wrap_future(ended))
     except asyncio.CancelledError:
-        loop, task = await asyncio.wrap_future(started)
         with contextlib.suppress(RuntimeError):  # its loop has ended already
             loop.call_soon_threadsafe(task.cancel)
         await asyncio.shield(asyncio.wrap_future(ended))
