@@ -35,13 +35,15 @@ async def redis_fault(
     server_args: list[str],
     bound: float,
     evidence: str | None = None,
+    lock: float = LOCK,
 ) -> Run:
     """Run the shared shape with ``inject`` as the fault (it returns when the fault ended,
     in unix ms); ``evidence`` names an ``INFO errorstats`` counter that must have grown,
-    proving the fault reached clients."""
+    proving the fault reached clients; ``lock`` is the workers' lock duration, longer than
+    the fault."""
     n, faults = pick(60, 300), pick(1, 3)
     async with lab.run(
-        scenario, impl, server_args=server_args, lock=LOCK, stalled=STALLED, concurrency=2
+        scenario, impl, server_args=server_args, lock=lock, stalled=STALLED, concurrency=2
     ) as run:
         await run.start_workers(2)
         run.producer.stream(n, lambda i: {"ms": JOB_MS}, every=0.02)
@@ -51,7 +53,7 @@ async def redis_fault(
             hit = await run.unfinished()
             ended = await inject(run)
             run.row.faults += 1
-            seen = await run.observe_finished(hit, timeout=LOCK * 3 + 10)
+            seen = await run.observe_finished(hit, timeout=lock * 3 + 10)
             run.set_recovery(None if seen is None else max(0.0, seen - ended) / 1000, bound)
         await run.producer.join(timeout=60)
         await run.wait_finished(run.producer.acked, timeout=30)
@@ -101,24 +103,30 @@ async def test_redis_kill9_with_aof(lab: Lab, baseline: bool) -> None:
 
 # -- 5. SIGSTOP ------------------------------------------------------------------------------
 
+#: How long Redis stays frozen (the issue's figure at the full scale).
+FREEZE = pick(2.0, 10.0)
+
 
 async def freeze_redis(run: Run) -> float:
     run.server.freeze()
-    await asyncio.sleep(2.0)  # frozen, well under the lock duration
+    await asyncio.sleep(FREEZE)
     run.server.thaw()
     return now_ms()
 
 
 async def redis_sigstop(lab: Lab, impl: str) -> Run:
-    """Redis is frozen with SIGSTOP for 2 s (< the 4 s lock), then SIGCONT: commands wait
-    and then go through. Bound: the job time + 2 s."""
+    """Redis is frozen with SIGSTOP for 2 s (10 s at the full scale), then SIGCONT: commands
+    wait and then go through. The lock is 3x the freeze (30 s at the full scale, both
+    implementations' default): renewed every half lock, a lock outlives any freeze shorter
+    than half of it, so none has to expire. Bound: the job time + 2 s."""
     return await redis_fault(
         lab,
         impl,
-        "5 Redis SIGSTOP 2 s",
+        f"5 Redis SIGSTOP {FREEZE:.0f} s",
         freeze_redis,
         server_args=[],
         bound=JOB_MS / 1000 + 2,
+        lock=max(LOCK, 3 * FREEZE),
     )
 
 

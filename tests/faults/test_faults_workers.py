@@ -1,4 +1,5 @@
-"""Faults of the worker processes: SIGKILL storms, graceful SIGTERM, poison jobs, stall storms.
+"""Faults of the worker processes: SIGKILL storms, graceful SIGTERM, poison jobs, a mass crash,
+a blocked event loop.
 
 Each test runs its scenario with echomq CLI workers and, as the baseline (always at the
 ``full`` scale, at ``ci`` where marked), with BullMQ workers running the same processor;
@@ -7,13 +8,14 @@ Each test runs its scenario with echomq CLI workers and, as the baseline (always
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 from faultkit.lab import Lab, Run, now_ms, verdict
 from faultkit.scale import TEST_TIMEOUT, pick
 
-# -- 1. SIGKILL storm ------------------------------------------------------------------------
+# -- 1. SIGKILL storm, 1b. SIGKILL of a wide worker -------------------------------------------
 
 
 async def sigkill_storm(lab: Lab, impl: str) -> Run:
@@ -64,6 +66,48 @@ async def test_sigkill_storm(lab: Lab, baseline: bool) -> None:
     node = await sigkill_storm(lab, "node") if baseline else None
     echo = await sigkill_storm(lab, "echomq")
     verdict(echo, node)
+
+
+async def sigkill_wide(lab: Lab, impl: str) -> Run:
+    """One worker of concurrency 50 runs 50 short jobs (50-200 ms) when it is SIGKILLed; a
+    second worker of the same size stays alive, a third starts 2 s after the kill (as a
+    supervisor would restart the dead one). The orphans' locks expire, a stalled check of a
+    live worker puts them back in ``wait``, and the live workers' free slots take them.
+
+    Duplicates allowed: exactly the jobs the victim had started and not finished. Recovery:
+    from the kill until every one of them has started again, bounded by lock + 2 stalled
+    intervals + the longest job (a free slot) + 1.5 s, and no slower than BullMQ's within a
+    stalled interval (the phase of the stalled check at the kill).
+    """
+    lock, stalled, concurrency = 1.0, 0.5, pick(20, 50)
+    n = pick(400, 2000)
+    async with lab.run(
+        "1b SIGKILL, 50 in flight", impl, lock=lock, stalled=stalled, concurrency=concurrency
+    ) as run:
+        ids = await run.producer.add_many(n, lambda i: {"ms": 50 + (i * 37) % 151})
+        victim, _alive = await run.start_workers(2)
+        if await run.in_flight_at_least(victim, concurrency, timeout=20):
+            victim.kill()
+            killed_at = now_ms()
+            run.row.faults = 1
+            hit = await run.unfinished(victim)
+            run.allow(hit)
+            run.marks["orphans"] = len(hit)
+            await asyncio.sleep(2.0)
+            await run.start_workers(1)
+            await run.wait_finished(ids, timeout=60)
+            bound = lock + 2 * stalled + 0.2 + 1.5
+            run.set_recovery(run.restarted(killed_at, hit), bound)
+        await run.finish()
+    return run
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(TEST_TIMEOUT)
+async def test_sigkill_with_50_in_flight(lab: Lab, baseline: bool) -> None:
+    node = await sigkill_wide(lab, "node") if baseline else None
+    echo = await sigkill_wide(lab, "echomq")
+    verdict(echo, node, no_slower=0.5)
 
 
 # -- 2. Graceful SIGTERM with long jobs ------------------------------------------------------
@@ -176,19 +220,47 @@ async def test_forced_end_of_grace_puts_jobs_back_at_once(lab: Lab) -> None:
 # -- 3. Poison job ---------------------------------------------------------------------------
 
 
+def poison_runs(impl: str, max_stalled: int) -> int:
+    """How often a job that kills its worker on every run runs before it fails.
+
+    BullMQ fails it at its stall past the limit: max stalled + 1 runs. echomq isolates it
+    there instead (``iso`` = 1: it stalled beside other jobs, which one killed the process is
+    not known), runs it once more alone, and fails it at that stall: max stalled + 2 runs
+    (docs/protocol/worker-rules.md#isolation).
+    """
+    return max_stalled + (2 if impl == "echomq" else 1)
+
+
+async def check_poison(run: Run, job_id: str, runs: int) -> None:
+    """The poison ran ``runs`` times, stalled as often, is isolated (echomq) and failed with
+    BullMQ's text; a problem of the run otherwise."""
+    started = run.ledger.starts()[job_id]
+    if started != runs:
+        run.problems.append(f"poison {job_id} ran {started} times, not {runs}")
+    h = await run.r.hgetall(f"bull:{run.queue}:{job_id}")
+    if h.get(b"failedReason") != b"job stalled more than allowable limit":
+        run.problems.append(f"poison {job_id} failed with {h.get(b'failedReason')!r}")
+    if h.get(b"stc") != str(runs).encode():
+        run.problems.append(f"poison {job_id} stalled {h.get(b'stc')!r} times, not {runs}")
+    if run.impl == "echomq" and h.get(b"iso") != b"1":
+        run.problems.append(f"poison {job_id} has iso {h.get(b'iso')!r}, not b'1'")
+
+
 async def poison(lab: Lab, impl: str) -> Run:
     """Poison jobs kill their worker process (SIGKILL of itself, or ``os._exit``) on every
     run, among good jobs; a supervisor restarts dead workers. Workers run one job at a time,
     so a poison job shares its process with no other job.
 
-    Each poison job stalls max-stalled-count + 1 times (so it runs at most that often), then
-    ends in ``failed`` ("job stalled more than allowable limit") without running again. The
-    other jobs are unaffected: each completes, run once. Duplicates allowed: the poison jobs'
-    extra runs only. Recovery: from a poison job's first start to its failure, bounded by
-    (max stalled + 1) x (lock + 2 stalled intervals) + 3 s.
+    Each poison job runs :func:`poison_runs` times (echomq: max stalled + 2, the last one
+    isolated; BullMQ: max stalled + 1), stalls as often (``stc``), then ends in ``failed``
+    ("job stalled more than allowable limit") without running again. The other jobs are
+    unaffected: each completes, run once. Duplicates allowed: the poison jobs' extra runs
+    only. Recovery: from a poison job's first start to its failure, bounded by runs x (lock +
+    2 stalled intervals) + 3 s.
     """
     lock, stalled, max_stalled = 1.0, 0.5, 1
     good, kinds = pick(20, 120), pick(["kill", "exit"], ["kill", "exit", "kill", "exit"])
+    runs = poison_runs(impl, max_stalled)
     async with lab.run(
         "3 poison job", impl, lock=lock, stalled=stalled, max_stalled=max_stalled, concurrency=1
     ) as run:
@@ -201,19 +273,12 @@ async def poison(lab: Lab, impl: str) -> Run:
         await run.wait_finished(expected, timeout=30)
         await run.workers.stop_supervising()
         run.row.faults = sum(1 for w in run.workers.procs if not w.alive)
-        run.allow(poisons, max_stalled)
-        bound = (max_stalled + 1) * (lock + 2 * stalled) + 3
-        starts = run.ledger.starts()
+        run.allow(poisons, runs - 1)
+        bound = runs * (lock + 2 * stalled) + 3
         for job_id in poisons:
             first = run.ledger.first_start(job_id)
             run.set_recovery(await run.recovery(first or now_ms(), [job_id]), bound)
-            if not 1 <= starts[job_id] <= max_stalled + 1:
-                run.problems.append(f"poison {job_id} ran {starts[job_id]} times")
-            h = await run.r.hgetall(f"bull:{run.queue}:{job_id}")
-            if h.get(b"failedReason") != b"job stalled more than allowable limit":
-                run.problems.append(f"poison {job_id} failed with {h.get(b'failedReason')!r}")
-            if h.get(b"stc") != str(max_stalled + 1).encode():
-                run.problems.append(f"poison {job_id} stalled {h.get(b'stc')!r} times")
+            await check_poison(run, job_id, runs)
         await run.finish(expected)
     return run
 
@@ -228,19 +293,24 @@ async def test_poison_job(lab: Lab, baseline: bool) -> None:
 
 async def poison_beside_others(lab: Lab, impl: str) -> Run:
     """The issue's shape: one poison job (``os._exit``) among good jobs, two workers of
-    concurrency 10, max stalled count 1, dead workers restarted by a supervisor. The poison
-    kills its worker twice, then ends failed. Every job running beside it stalls once per
-    death; a good job that ran beside it at both deaths stalls twice and ends failed too
-    ("innocents failed", the row's mark): echomq must not fail more of them than BullMQ in
-    the same run. Every other good job completes.
+    concurrency 10, max stalled count 1, dead workers restarted by a supervisor. Every job
+    running beside the poison stalls once per death.
+
+    BullMQ fails the poison after its second death, and with it every good job that ran
+    beside it at both deaths (their second stall too): "innocents failed", the row's mark,
+    reported as the baseline. echomq isolates the poison and those innocents instead (``iso``:
+    past the limit, beside others), runs each of them alone: each innocent completes, the
+    poison dies a third time alone and fails. For echomq an innocent that ends failed is a
+    problem, and the poison must have run 3 times (``stc`` 3, ``iso`` 1).
 
     Duplicates allowed: the jobs a dead worker was running or had finished within its last
-    0.25 s (their outcome may not have been recorded yet), and the poison's second run.
-    Recovery: from the poison's first start to its failure, bounded by 2 x (lock + 2 stalled
-    intervals) + 3 s.
+    0.25 s (their outcome may not have been recorded yet), and the poison's extra runs.
+    Recovery: from the poison's first start to its failure, bounded by runs x (lock + 2
+    stalled intervals) + 3 s (runs: :func:`poison_runs`).
     """
     lock, stalled, max_stalled = 1.0, 0.5, 1
     good = pick(60, 200)
+    runs = poison_runs(impl, max_stalled)
     async with lab.run(
         "3b poison job, concurrency 10",
         impl,
@@ -271,13 +341,17 @@ async def poison_beside_others(lab: Lab, impl: str) -> Run:
                 if e.pid == pid and e.event == "finish" and e.t_ms >= died - 250
             }
             run.allow((run.ledger.in_flight(pid) | recent) - {poison})
-        run.allow([poison], max_stalled)
+        run.allow([poison], runs - 1)
         members = await run.r.zrange(f"bull:{run.queue}:failed", 0, -1)
         failed = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
-        run.marks["innocents_failed"] = len(failed - {poison})
+        innocents = sorted(failed - {poison})
+        run.marks["innocents_failed"] = len(innocents)
+        if impl == "echomq" and innocents:
+            run.problems.append(f"{len(innocents)} innocent jobs failed: {innocents}")
         first = run.ledger.first_start(poison) or now_ms()
-        bound = (max_stalled + 1) * (lock + 2 * stalled) + 3
+        bound = runs * (lock + 2 * stalled) + 3
         run.set_recovery(await run.recovery(first, [poison]), bound)
+        await check_poison(run, poison, runs)
         await run.finish(expected)
     return run
 
@@ -287,59 +361,135 @@ async def poison_beside_others(lab: Lab, impl: str) -> Run:
 async def test_poison_job_fails_no_more_innocents_than_bullmq(lab: Lab, baseline: bool) -> None:
     node = await poison_beside_others(lab, "node") if baseline else None
     echo = await poison_beside_others(lab, "echomq")
-    if node is not None:
-        ours, theirs = echo.marks["innocents_failed"], node.marks["innocents_failed"]
-        if ours > theirs:
-            echo.problems.append(f"{ours:.0f} innocent jobs failed, BullMQ {theirs:.0f}")
     verdict(echo, node)
 
 
-# -- 10. Stall storm -------------------------------------------------------------------------
+# -- 10. Stall storm: a mass crash -----------------------------------------------------------
 
 
-async def stall_storm(lab: Lab, impl: str) -> Run:
-    """Processors block their worker's event loop (no lock renewal) far longer than the
-    lock: every such run stalls and the job is recovered by another worker's stalled check.
+async def mass_crash(lab: Lab, impl: str) -> Run:
+    """The issue's stall storm: 10 workers of concurrency 20 run 200 jobs of 3 s, all at once,
+    and are all SIGKILLed at once; one surviving worker of concurrency 200, started (and idle:
+    nothing waits) before the kill, must take the 200 orphans back. Every orphan has stalled
+    once (max stalled count 1): it must run again at once, in the survivor's free slots, not
+    one at a time. Each orphan ends completed, ``stc`` 1 and no ``iso``.
 
-    A third of the jobs block on their first run only: each must run exactly twice and
-    complete. Some jobs block on every run: they must run max-stalled-count + 1 times and end
-    in ``failed``. The others must run once. Duplicates allowed: exactly those. Recovery:
-    from a blocking job's first start to its completion, bounded by twice the block + lock +
-    2 stalled intervals + 1 s: while every worker blocks, no stalled check runs, and the
-    recovered job may wait for a worker that is itself blocked.
+    Duplicates allowed: exactly the orphans (the jobs the victims had started and not
+    finished). Recovery: from the kill until the last orphan has started again, bounded by
+    lock + 2 stalled intervals + 1.5 s, and no slower than BullMQ's within a stalled interval
+    (the phase of the survivor's stalled check at the kill).
     """
-    lock, stalled, block = 1.0, 0.5, 3500
-    n, always = pick(12, 60), pick(1, 3)
+    lock, stalled, ms = 1.0, 0.5, 3000
+    victims_n, concurrency = pick(3, 10), pick(5, 20)
+    n = victims_n * concurrency
     async with lab.run(
-        "10 stall storm", impl, lock=lock, stalled=stalled, concurrency=1, max_stalled=1
+        "10 stall storm (mass SIGKILL)",
+        impl,
+        lock=lock,
+        stalled=stalled,
+        concurrency=concurrency,
+        max_stalled=1,
     ) as run:
-        hard = [await run.producer.add({"block_ms": block}) for _ in range(always)]
-        ids = await run.producer.add_many(
-            n, lambda i: {"block_ms": block, "block_first": True} if i % 3 == 0 else {"ms": 100}
-        )
-        once = [job_id for i, job_id in enumerate(ids) if i % 3 == 0]
+        ids = await run.producer.add_many(n, lambda i: {"ms": ms})
+        victims = await run.start_workers(victims_n)
+
+        def all_started() -> bool:
+            return run.ledger.started() >= set(ids)
+
+        if await run.until(all_started, 20, f"{n} jobs to start in {victims_n} workers"):
+            await run.start_workers(1, concurrency=n)  # the survivor: nothing for it yet
+            for victim in victims:
+                victim.proc.kill()  # all at once, reaped below
+            killed_at = now_ms()
+            for victim in victims:
+                victim.kill()
+            run.row.faults = len(victims)
+            hit: set[str] = set()
+            for victim in victims:
+                hit |= await run.unfinished(victim)
+            run.allow(hit)
+            run.marks["orphans"] = len(hit)
+            await run.wait_finished(ids, timeout=ms / 1000 + 20)
+            run.set_recovery(run.restarted(killed_at, hit), lock + 2 * stalled + 1.5)
+            for job_id in sorted(hit):
+                h = await run.r.hgetall(f"bull:{run.queue}:{job_id}")
+                if h.get(b"stc") != b"1" or b"iso" in h:
+                    stc, iso = h.get(b"stc"), h.get(b"iso")
+                    run.problems.append(f"orphan {job_id} has stc {stc!r}, iso {iso!r}")
+        await run.finish()
+    return run
+
+
+@pytest.mark.faults_baseline
+@pytest.mark.timeout(TEST_TIMEOUT)
+async def test_mass_crash_recovers_every_orphan_at_once(lab: Lab, baseline: bool) -> None:
+    node = await mass_crash(lab, "node") if baseline else None
+    echo = await mass_crash(lab, "echomq")
+    verdict(echo, node, no_slower=0.5)
+
+
+# -- 10b. Blocked event loop -----------------------------------------------------------------
+
+
+async def blocked_loop(lab: Lab, impl: str) -> Run:
+    """Async processors that block their worker's event loop (``time.sleep``, as CPU-bound or
+    badly written code would) 2.5 s, on every run, with a 1 s lock: 4 such jobs in three
+    workers of concurrency 2 (one stays idle, its stalled check every 0.3 s looks for lost
+    locks).
+
+    echomq renews its locks from a thread of its own, which the blocked loop does not stop:
+    each job runs once and completes, never stalls (no ``stc``, no ``stalled`` event), and no
+    duplicate is allowed. BullMQ renews on the blocked loop: its locks lapse, the jobs stall,
+    run again and may end failed; its row is the baseline (allowed: max stalled count extra
+    runs per job, the most its rule permits). Recovery: from a job's first start until it
+    is finished, bounded by concurrency x the block + 1 s (the jobs of one worker block its
+    loop in turn).
+    """
+    lock, stalled, block, concurrency, max_stalled = 1.0, 0.3, 2500, 2, 1
+    async with lab.run(
+        "10b blocked event loop",
+        impl,
+        lock=lock,
+        stalled=stalled,
+        concurrency=concurrency,
+        max_stalled=max_stalled,
+    ) as run:
         await run.start_workers(3)
-        expected = dict.fromkeys(ids, ("completed",))
-        expected.update(dict.fromkeys(hard, ("failed",)))
-        await run.wait_finished(expected, timeout=60)
-        run.allow(once)
-        run.allow(hard)
-        run.row.faults = len(once) + 2 * len(hard)
-        starts = run.ledger.starts()
-        for job_id in once + hard:
-            if starts[job_id] != 2:
-                run.problems.append(f"blocking job {job_id} ran {starts[job_id]} times, not 2")
-        bound = 2 * block / 1000 + lock + 2 * stalled + 1
-        for job_id in once:
+        ids = await run.producer.add_many(4, lambda i: {"block_ms": block})
+        echomq = impl == "echomq"
+        final = ("completed",) if echomq else ("completed", "failed")
+        expected = dict.fromkeys(ids, final)
+        await run.wait_finished(expected, timeout=40)
+        run.row.faults = len(ids)
+        if not echomq:
+            run.allow(ids, max_stalled)
+        bound = concurrency * block / 1000 + 1
+        for job_id in ids:
             first = run.ledger.first_start(job_id) or now_ms()
             run.set_recovery(await run.recovery(first, [job_id]), bound)
+        stalls = {
+            fields.get(b"jobId", b"?").decode()
+            for _, fields in await run.r.xrange(f"bull:{run.queue}:events")
+            if fields.get(b"event") == b"stalled"
+        }
+        run.marks["stalled"] = len(stalls)
+        if echomq:
+            starts = run.ledger.starts()
+            for job_id in ids:
+                if starts[job_id] != 1:
+                    run.problems.append(f"job {job_id} ran {starts[job_id]} times, not once")
+                stc = await run.r.hget(f"bull:{run.queue}:{job_id}", "stc")
+                if stc is not None:
+                    run.problems.append(f"job {job_id} stalled ({stc!r})")
+            if stalls:
+                run.problems.append(f"stalled events for {sorted(stalls)}")
         await run.finish(expected)
     return run
 
 
 @pytest.mark.faults_baseline
 @pytest.mark.timeout(TEST_TIMEOUT)
-async def test_stall_storm(lab: Lab, baseline: bool) -> None:
-    node = await stall_storm(lab, "node") if baseline else None
-    echo = await stall_storm(lab, "echomq")
+async def test_blocked_event_loop_loses_no_job(lab: Lab, baseline: bool) -> None:
+    node = await blocked_loop(lab, "node") if baseline else None
+    echo = await blocked_loop(lab, "echomq")
     verdict(echo, node)

@@ -14,7 +14,8 @@ holds the echomq run to the invariants and to the baseline:
 - never worse than the Node baseline: not more lost jobs, not more duplicates beyond what
   the physics of the run explains (the allowance is computed per run, from the faults that
   run actually suffered, so the two runs compare fairly even when their faults hit
-  different numbers of running jobs).
+  different numbers of running jobs); where a scenario asks (``no_slower``), no slower
+  recovery either, within a slack.
 """
 
 from __future__ import annotations
@@ -430,9 +431,25 @@ def compare(echo: Run, node: Run | None) -> list[str]:
     return out
 
 
-def verdict(echo: Run, node: Run | None = None) -> None:
-    """Assert the echomq run's invariants and that it did not do worse than the baseline."""
+def slower(echo: Run, node: Run | None, slack: float) -> list[str]:
+    """How the echomq run recovered slower than the Node baseline by more than ``slack``
+    seconds (empty: not slower). The slack is for what neither side controls: the phase of
+    the stalled check and of the lock renewals at the moment of the fault."""
+    if node is None or node.abandoned or node.row.recovery is None:
+        return []
+    ours, theirs = echo.row.recovery, node.row.recovery
+    if ours is None or ours <= theirs + slack:
+        return []
+    return [f"echomq recovered in {ours:.2f}s, BullMQ in {theirs:.2f}s (slack {slack:.2f}s)"]
+
+
+def verdict(echo: Run, node: Run | None = None, *, no_slower: float | None = None) -> None:
+    """Assert the echomq run's invariants and that it did not do worse than the baseline;
+    with ``no_slower`` (a slack in seconds), that it recovered no slower than the baseline
+    either (:func:`slower`)."""
     worse = compare(echo, node)
+    if no_slower is not None:
+        worse += slower(echo, node, no_slower)
     problems = echo.problems + worse
     echo.row.verdict = "fail" if problems else "pass"
     if node is not None and not node.row.verdict:  # abandon() wrote its own
