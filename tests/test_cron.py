@@ -1,4 +1,4 @@
-"""echomq._cron against the real BullMQ 6.7.6 for Node (cron-parser 5.10.4), differentially.
+"""echomq._cron against the real BullMQ 6.7.0 for Node (cron-parser 5.10.3), differentially.
 
 Every question goes to Node in ONE run of tests/interop/node/cron_oracle.mjs (a module fixture
 collects the batches of all tests first), which calls BullMQ's own default repeat strategy.
