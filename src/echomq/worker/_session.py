@@ -20,10 +20,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import redis.asyncio
+
 from .._ops import now_ms
 from .._ops import worker as wops
 from .._redis.connection import AsyncConn
 from .._redis.retry import TRANSIENT, Outage, RetryBackoff, classify, stop_tasks
+from .._redis.sentinel_watch import sentinel_pool
 from .._run_state import RunState
 from ..errors import error_for_code
 from ..job import Job
@@ -186,7 +189,7 @@ class Session:
             else run_in_thread(
                 renewer,
                 life.may_renew,
-                lambda: self.conn.new_client(follow=False, client_name=None),
+                self._thread_client,
             )
         )
         self._renew_task = asyncio.create_task(renewing, name=f"echomq-locks-{name}")
@@ -221,6 +224,13 @@ class Session:
                     name=f"echomq-heartbeat-{name}",
                 )
             )
+
+    def _thread_client(self) -> redis.asyncio.Redis:
+        """The lock thread's own client. A Sentinel-managed client shares its Sentinels'
+        connections with this loop, so it has none: its locks are renewed on this loop."""
+        if sentinel_pool(self.conn.client) is not None:
+            raise RuntimeError("a Sentinel-managed client shares its Sentinels with this loop")
+        return self.conn.new_client(follow=False, client_name=None)
 
     # -- what the worker asks of its run -------------------------------------------------------
 
