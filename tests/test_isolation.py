@@ -221,3 +221,65 @@ async def test_the_renewer_keeps_a_lock_through_a_blocked_loop_only_from_its_thr
     else:  # renewed on the blocked loop: the lock expired meanwhile
         assert held is None
         assert "lock renewal cannot run in a thread (RuntimeError" in caplog.text
+
+
+async def test_locks_of_a_fetch_whose_reply_is_unread_are_renewed_by_token(
+    redis: Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    jobs = await echomq.add_bulk(queue_name, [("j", {}) for _ in range(3)], connection=redis)
+    # a fetch of two jobs (tokens t:1, t:2) whose reply the worker has not read
+    await run_op(redis, wops.finish_and_fetch(keys, [], 2, 1, wops.FetchParams("t:", 500), 0))
+    taken, left = [j.id for j in jobs[:2]], jobs[2].id
+    await redis.sadd(keys.stalled, *taken)  # suspects of the next stalled check
+    renewer = LockRenewer(
+        keys, AsyncConn(redis), dict, 60_000, 1.0, unread=lambda: ["t:1", "t:2", "t:9"]
+    )
+    assert await renewer.renew_once() == []
+    for job_id in taken:
+        assert await redis.pttl(keys.job(job_id) + ":lock") > 30_000
+    assert await redis.smembers(keys.stalled) == set()
+    assert await redis.exists(keys.job(left) + ":lock") == 0
+    op = wops.extend_locks_by_token(keys, ["t:2", "other"], 1_000)
+    assert await run_op(redis, op) == {"t:2": taken[1]}
+
+
+async def test_a_job_fetched_while_another_blocks_the_loop_keeps_its_lock(
+    redis: Redis, redis_url: str, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker sends a fetch, then an ``async def`` processor blocks the loop before the
+    reply is read: the job that fetch took is locked, but not yet in the worker's table. Its
+    lock outlives the block (renewed by token from the lock thread)."""
+    import redis as sync_redis
+
+    keys = QueueKeys(queue_name)
+    first = await echomq.add(queue_name, "blocker", {}, connection=redis)
+    sync = sync_redis.Redis.from_url(redis_url)
+    seen: dict[str, object] = {}
+    worker: echomq.Worker
+
+    async def process(job: echomq.Job) -> None:
+        if job.id != first.id:
+            return
+        added = await echomq.add(queue_name, "next", {}, connection=redis)
+        seen["id"] = added.id
+        # until the worker's fetch took it (in Redis), yielding to the loop in between
+        while sync.lpos(keys.active, added.id) is None:
+            await asyncio.sleep(0)
+        session = worker._session
+        assert session is not None
+        seen["unread"] = added.id not in session.held.values()
+        time.sleep(2.5)  # blocks the loop, with a 1 s lock
+        seen["lock"] = sync.get(keys.job(added.id) + ":lock")
+
+    worker = echomq.Worker(queue_name, process, connection=redis, concurrency=2, lock_duration=1.0)
+    try:
+        async with worker:
+            await wait_for(lambda: _count(redis, keys.completed, 2), timeout=20)
+    finally:
+        sync.close()
+    assert seen["unread"] is True  # the case this test is about was reached
+    assert seen["lock"] is not None, caplog.text
+    assert "lock could not be renewed" not in caplog.text
+    h = await redis.hgetall(keys.job(str(seen["id"])))
+    assert h[b"atm"] == b"1" and b"stc" not in h

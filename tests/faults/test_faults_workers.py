@@ -454,6 +454,8 @@ async def blocked_loop(lab: Lab, impl: str) -> Run:
         concurrency=concurrency,
         max_stalled=max_stalled,
     ) as run:
+        # The workers start first: a job may then be taken by a fetch whose reply is still
+        # unread when another job blocks the loop (renewed by token, not from the table).
         await run.start_workers(3)
         ids = await run.producer.add_many(4, lambda i: {"block_ms": block})
         echomq = impl == "echomq"
@@ -473,6 +475,7 @@ async def blocked_loop(lab: Lab, impl: str) -> Run:
             if fields.get(b"event") == b"stalled"
         }
         run.marks["stalled"] = len(stalls)
+        run.marks["jobs_failed"] = await run.r.zcard(f"bull:{run.queue}:failed")
         if echomq:
             starts = run.ledger.starts()
             for job_id in ids:

@@ -204,6 +204,24 @@ def extend_locks(
     )
 
 
+def _parse_pairs(reply: Any) -> dict[str, str]:
+    return {to_str(reply[i + 1]): to_str(reply[i]) for i in range(0, len(reply), 2)}
+
+
+def extend_locks_by_token(
+    keys: QueueKeys, tokens: Sequence[str], lock_ms: int
+) -> ScriptOp[dict[str, str]]:
+    """Renew the locks of the jobs in ``active`` (or the groups' active list) that hold one of
+    ``tokens``: those a fetch took whose reply the worker has not read yet. The reply maps each
+    token found to its job id. O(active jobs): for a worker whose event loop is blocked."""
+    return ScriptOp(
+        scripts.get("extendLocksByToken"),
+        keys.script_keys["extendLocksByToken"],
+        [lock_ms, *tokens],
+        _parse_pairs,
+    )
+
+
 def _parse_stalled(reply: Any) -> StalledReply:
     return StalledReply([to_str(x) for x in reply[0]], [to_str(x) for x in reply[1]])
 

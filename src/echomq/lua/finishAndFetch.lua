@@ -76,6 +76,7 @@
 --@include "parents"
 --@include "groups"
 --@include "fetch"
+--@include "locks"
 
 local now = tonumber(ARGV[1])
 local k = {
@@ -350,21 +351,15 @@ local function taken_before(want)
   for i = 1, first and want or 0 do
     tokens[ARGV[4] .. int_str(first + i - 1)] = true
   end
-  local taken = {}
-  local ids = redis.call("LRANGE", k.active, 0, -1)
+  local lists = {k.active}
   if k.grouped then
-    for _, id in ipairs(redis.call("LRANGE", k.g.active, 0, -1)) do
-      ids[#ids + 1] = id
-    end
+    lists[2] = k.g.active
   end
-  for _, id in ipairs(ids) do
-    local job_key = job_hash_key(k.prefix, id)
-    local token = redis.call("GET", job_part_key(job_key, "lock"))
-    if token and tokens[token] then
-      taken[#taken + 1] = id
-      taken[#taken + 1] = token
-      taken[#taken + 1] = redis.call("HGETALL", job_key)
-    end
+  local taken = {}
+  for _, job in ipairs(jobs_locked_by(k.prefix, lists, tokens)) do
+    taken[#taken + 1] = job[1]
+    taken[#taken + 1] = job[2]
+    taken[#taken + 1] = redis.call("HGETALL", job_hash_key(k.prefix, job[1]))
   end
   return taken
 end

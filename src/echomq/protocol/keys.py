@@ -108,6 +108,7 @@ SCRIPT_KEY_LAYOUTS: dict[str, tuple[str, ...]] = {
     "addJobScheduler": ("base", "repeat", *_ADD_KEYS),
     "removeJobScheduler": ("base", "repeat", "delayed", "events"),
     "extendLocks": ("base", "stalled"),
+    "extendLocksByToken": ("base", "stalled", "active"),
     "moveStalledJobsToWait": (
         "base",
         "stalled",

@@ -70,6 +70,11 @@ class Finisher:
         """Wake the loop: outcomes may be pending, or the worker may be closing."""
         self._kick.set()
 
+    def recording_tokens(self) -> set[str]:
+        """Tokens of the outcomes in finish calls in flight (safe from the lock thread: the
+        batches are copied first, and a batch is never changed once sent)."""
+        return {f.token for batch in list(self._recording.values()) for f in batch}
+
     def tokens(self) -> set[str]:
         """Tokens of the outcomes pending or being recorded (their jobs are not handed back)."""
         recording = (f for batch in self._recording.values() for f in batch)

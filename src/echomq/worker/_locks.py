@@ -12,6 +12,12 @@ the worker's other work, but does not lose its job to another worker's stalled c
 event-loop watchdog says which processor blocked, and for how long). The thread reads the
 table of held jobs by copying it, which CPython does atomically, and hands lost locks back to
 the worker's loop.
+
+Jobs the worker holds but does not know of yet are renewed too: a fetch's jobs are locked when
+Redis runs the call, but enter the table only once the loop reads the reply, which a blocked
+loop does not do. While the loop is blocked, the renewer renews the jobs of the fetches in
+flight by their tokens (the worker numbers them before it sends the call). And a job whose
+outcome is being recorded is not reported lost: the call that records it deletes its lock.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import redis.asyncio
@@ -35,9 +42,16 @@ from ..protocol.keys import QueueKeys
 logger = logging.getLogger("echomq.worker")
 
 
+def _nothing() -> Collection[str]:
+    return ()
+
+
 @dataclass(eq=False, slots=True)
 class LockRenewer:
-    """Renews the locks returned by ``held()`` (token -> job id) every ``interval`` seconds."""
+    """Renews the locks returned by ``held()`` (token -> job id) every ``interval`` seconds,
+    and those of the jobs locked with the tokens ``unread()`` returns (jobs taken by calls
+    whose reply is not read yet); ``recording()`` returns the tokens of jobs whose outcome is
+    being recorded, whose lock may be gone on purpose."""
 
     keys: QueueKeys
     conn: AsyncConn
@@ -45,18 +59,28 @@ class LockRenewer:
     lock_ms: int
     interval: float
     on_lost: Callable[[list[str]], None] | None = None
+    unread: Callable[[], Collection[str]] = _nothing
+    recording: Callable[[], Collection[str]] = _nothing
 
     async def renew_once(self) -> list[str]:
         """Renew every held lock now; returns the ids whose lock was lost."""
         held = self.held()
+        unread = [token for token in self.unread() if token not in held]
+        if unread:
+            await self.conn.run(wops.extend_locks_by_token(self.keys, unread, self.lock_ms))
         if not held:
             return []
         tokens = list(held)
         op = wops.extend_locks(self.keys, [held[t] for t in tokens], tokens, self.lock_ms)
         lost = await self.conn.run(op)
-        if lost:  # a job whose outcome was recorded meanwhile lost its lock on purpose
+        if lost:  # a job whose outcome is recorded (or was, meanwhile) lost its lock on purpose
             still, token_of = self.held(), {held[t]: t for t in tokens}
-            lost = [job_id for job_id in lost if token_of.get(job_id) in still]
+            recording = set(self.recording())
+            lost = [
+                job_id
+                for job_id in lost
+                if (token := token_of.get(job_id)) in still and token not in recording
+            ]
         for job_id in lost:
             logger.warning(
                 "queue=%s job=%s lock could not be renewed; another worker may take it",
@@ -131,9 +155,7 @@ async def run_in_thread(
         conn = AsyncConn(client)
         started.set_result((asyncio.get_running_loop(), task))
         try:
-            thread_renewer = LockRenewer(
-                renewer.keys, conn, renewer.held, renewer.lock_ms, renewer.interval, lost
-            )
+            thread_renewer = dataclasses.replace(renewer, conn=conn, on_lost=lost)
             await thread_renewer.run(keep_going)
         finally:
             await topology.aclose(client)

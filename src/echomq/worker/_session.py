@@ -104,7 +104,8 @@ class Session:
         # fetching calls are in flight, and until when the worker makes room for an isolated
         # job a fetch set aside (it takes no more jobs until it holds none).
         self._isolated: set[str] = set()
-        self._fetching_calls = 0
+        #: the fetching calls in flight: first token counter -> how many jobs each may take
+        self._fetching: dict[int, int] = {}
         self._make_room_until = 0.0
         self._rate_limit_until = 0.0
         # Node's maximumRateLimitDelay: never sleep longer than this for a rate limit
@@ -171,6 +172,8 @@ class Session:
             opts.lock_ms,
             opts.renew_interval,
             on_lost=lambda ids: self.hooks.emit("lock_renewal_failed", ids),
+            unread=self._unread_tokens,
+            recording=self.finisher.recording_tokens,
         )
         checker = StalledChecker(
             self.keys,
@@ -224,6 +227,16 @@ class Session:
                     name=f"echomq-heartbeat-{name}",
                 )
             )
+
+    def _unread_tokens(self) -> list[str]:
+        """(Called from the lock thread.) While this loop is blocked, the tokens of the
+        fetching calls in flight: the jobs they took are locked, but enter ``held`` only once
+        the loop reads the reply, so until then they are renewed by token."""
+        if not self._fetching or not self._watchdog.blocked():
+            return []
+        prefix = self._fetch_params.token_prefix
+        calls = list(self._fetching.items())  # a copy: the loop changes the table
+        return [f"{prefix}{start + i}" for start, count in calls for i in range(count)]
 
     def _thread_client(self) -> redis.asyncio.Redis:
         """The lock thread's own client. A Sentinel-managed client shares its Sentinels'
@@ -343,8 +356,8 @@ class Session:
         self._token_counter += fetch
         keys, params = self.keys, self._fetch_params
         busy = self._busy(len(items))
-        fetching = int(fetch > 0)
-        self._fetching_calls += fetching
+        if fetch:
+            self._fetching[start] = fetch
         try:
             try:  # the common case, without the retry machinery
                 op = wops.finish_and_fetch(keys, items, fetch, start, params, now_ms(), busy=busy)
@@ -383,13 +396,14 @@ class Session:
             return await call_through_outages(log.what, attempt, give_up, log=log)
         finally:
             self._reserved -= fetch
-            self._fetching_calls -= fetching
+            if fetch:
+                del self._fetching[start]
 
     def _busy(self, finishing: int) -> bool:
         """Whether the worker holds jobs besides the ``finishing`` ones a call records, or has
         a fetching call in flight: that call then takes no isolated job, which runs alone."""
         self._isolated.intersection_update(self.held)
-        return len(self.held) > finishing or self._fetching_calls > 0
+        return len(self.held) > finishing or bool(self._fetching)
 
     def dispatch(self, reply: wops.FinishReply, *, keep_one: bool = False) -> Job | None:
         """Start the jobs a call took, each in its own task; with ``keep_one`` the first is

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger("echomq.worker")
@@ -45,11 +46,17 @@ class LoopWatchdog:
         self.worst = 0.0
         self._started: list[str] = []  # async jobs started during the current step
         self._warned: set[str] = set()  # jobs named in a warning already (once per job)
+        #: when the watchdog last ran (``time.monotonic()``), read from other threads
+        self.last_tick = time.monotonic()
 
     def note(self, job_id: str) -> None:
         """An async processor starts running ``job_id`` (it may block the loop this step)."""
         if len(self._started) < 100:
             self._started.append(job_id)
+
+    def blocked(self) -> bool:
+        """Whether the loop is blocked now, past the threshold (safe from any thread)."""
+        return time.monotonic() - self.last_tick > self.threshold + self._step
 
     async def run(self) -> None:
         """Watch until cancelled."""
@@ -60,6 +67,7 @@ class LoopWatchdog:
             jobs = self._running()  # what ran while the loop was (maybe) blocked
             self._started.clear()
             await asyncio.sleep(step)
+            self.last_tick = time.monotonic()
             late = loop.time() - before - step
             if late > self.worst:
                 self.worst = late

@@ -64,9 +64,10 @@ def markdown(rows: list[Row]) -> str:
 
 
 #: Marks shown in the second table: seconds from the fault until a replica was promoted;
-#: jobs that ended failed although they were not the poison job; the most executions of one
-#: group that overlapped, per the ledger (tests/faults/test_faults_groups.py).
-PUBLISHED_MARKS = ("promotion", "innocents_failed", "group_overlap")
+#: jobs that ended failed although they were not the poison job; jobs that ended failed where
+#: none should (a processor that blocked its event loop); the most executions of one group
+#: that overlapped, per the ledger (tests/faults/test_faults_groups.py).
+PUBLISHED_MARKS = ("promotion", "innocents_failed", "jobs_failed", "group_overlap")
 
 
 def marks_markdown(rows: list[Row]) -> str:
