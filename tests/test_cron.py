@@ -1,4 +1,4 @@
-"""echomq._cron against the real BullMQ 6.7.0 for Node (cron-parser 5.10.3), differentially.
+"""echomq._cron against the real BullMQ 6.7.6 for Node (cron-parser 5.10.4), differentially.
 
 Every question goes to Node in ONE run of tests/interop/node/cron_oracle.mjs (a module fixture
 collects the batches of all tests first), which calls BullMQ's own default repeat strategy.
@@ -172,6 +172,28 @@ MALFORMED = [
     "* * * FOO *",
     "* * * * MONDAY",
     "* * * JANUARY *",
+    # cron-parser 5.10.4 resolves month names in the month field only, day names in the day of
+    # week only (5.10.3 took either in both).
+    "0 0 * MON *",
+    "0 0 * Sun *",
+    "0 0 * * jan",
+    "0 0 * * JUL#2",
+    "0 0 L * DEC",
+    "0 0 * * monjan",
+    # ... and refuses ranges of more than two parts ('*' and '?' are a range already).
+    "1-2-3 * * * *",
+    "*-5 * * * *",
+    "1-5? * * * *",
+    "?-? * * * *",
+    "1-2- * * * *",
+    "1-2-3/5 * * * *",
+    "*-5/2 * * * *",
+    "1-2,3-4-5 * * * *",
+    "0 0 * JAN-FEB-MAR *",
+    "0 0 1-2-3L * *",
+    "0 0 * * 5L-7-9",
+    "* * * * * ?-",
+    "x- * * * *",
     "a * * * *",
     "*5 * * * *",
     "1-2/3/4 * * * *",
@@ -198,10 +220,10 @@ ODD_ACCEPTED = [
     "0 9 * *",
     "5",
     "0 0 * JANFEB *",
-    "0 0 * MON *",
-    "0 0 * * JUL#2",
-    "1-2-3 * * * *",
-    "*-5 * * * *",
+    "0 0 * jan-Mar *",
+    "0 0 * * Mon,tue",
+    "*/5-3 * * * *",
+    "1-2/3-4 * * * *",
     "0 0 5L-10 * *",
     "0 0 99L * *",
     "0 0 * * 12L",
@@ -680,6 +702,14 @@ def test_refusals_say_why() -> None:
         validate_cron("0 0 30 2 *", None)
     with pytest.raises(InvalidOptionError, match="non-empty"):
         validate_cron("", None)
+    with pytest.raises(InvalidOptionError, match="'MON' is a day name; the month takes month"):
+        validate_cron("0 0 * MON *", None)
+    with pytest.raises(InvalidOptionError, match="'JUL' is a month name; the day of week takes"):
+        validate_cron("0 0 * * JUL#2", None)
+    with pytest.raises(InvalidOptionError, match="minute range '1-2-3' has more than two ends$"):
+        validate_cron("1-2-3/5 * * * *", None)
+    with pytest.raises(InvalidOptionError, match=r"'\*-5' has .* already are the range 0-59"):
+        validate_cron("*-5 * * * *", None)
     # Node accepts this one and writes nothing; echomq refuses it up front (and agrees that
     # there is no next time, see RARE_PATTERNS).
     with pytest.raises(InvalidOptionError, match="never runs"):

@@ -1,9 +1,10 @@
 """Next run times of job schedulers, equal to the millisecond to BullMQ 6.7 for Node.
 
-BullMQ computes a cron scheduler's next iteration with the npm package cron-parser 5.10.3, which
-does its date arithmetic with luxon 3.7. This module is an independent evaluator of the same
-semantics (docs/protocol/flows-dedup-schedulers.md#job-schedulers). No cron library for
-Python matches cron-parser: the day-of-month / day-of-week rule, ``L`` on both fields, ``#``, the
+BullMQ computes a cron scheduler's next iteration with the npm package cron-parser (5.10.4 in
+BullMQ 6.7.6, the pinned Node peer), which does its date arithmetic with luxon 3.7. This module
+is an independent evaluator of the same semantics
+(docs/protocol/flows-dedup-schedulers.md#job-schedulers). No cron library for Python matches
+cron-parser: the day-of-month / day-of-week rule, ``L`` on both fields, ``#``, the
 name aliases and, above all, what happens on daylight-saving days all differ. Those outcomes are
 not a clean rule but a consequence of the order in which cron-parser walks the calendar (month,
 then day, then hour, minute, second) and of how luxon resolves a wall-clock time that is missing
@@ -30,13 +31,15 @@ call costs about 10-25 µs for everyday patterns; patterns that run once in year
 
 Accepted syntax, as cron-parser (non-strict, as BullMQ calls it): 1 to 6 fields (fewer than 6
 are completed from the left with ``0 * * * * *``, so 5 fields = minute precision and 6 fields
-have seconds first); ``*``, ``?``, lists, ranges, steps (``a/n`` means ``a-max/n``); month and
-weekday names (three letters, in either of those two fields, as cron-parser does); weekday
+have seconds first); ``*``, ``?``, lists, ranges of two ends (``1-2-3``, ``*-5`` and ``1-5?``
+are refused: ``*`` and ``?`` are a range already), steps (``a/n`` means ``a-max/n``); three-letter
+names in any case, month names in the month field and weekday names in the day of week only
+(``MON`` as a month or ``JUL#2`` as a weekday is refused, as cron-parser 5.10.4 does); weekday
 ``0``-``7``; ``L`` in day of month (last day) and ``nL`` in day of week (last such weekday);
 ``n#k`` in day of week (k-th such weekday, k 1-5); ``@yearly``, ``@annually``, ``@monthly``,
 ``@weekly``, ``@daily``, ``@hourly``, ``@minutely``, ``@secondly``, ``@weekdays``,
 ``@weekends``. Day of month and day of week combine with OR when both are restricted (neither
-is exactly ``*`` or ``?``). cron-parser 5.10.3 has no ``W``; it is refused there too.
+is exactly ``*`` or ``?``). cron-parser 5.10.4 has no ``W``; it is refused there too.
 
 Refused although cron-parser accepts them (so nothing may drift):
 
@@ -91,15 +94,13 @@ _PREDEFINED = {
     "@weekdays": "0 0 0 * * 1-5",
     "@weekends": "0 0 0 * * 0,6",
 }
-_NAMES = {
-    **{
-        m: i + 1
-        for i, m in enumerate(
-            ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-        )
-    },
-    **{d: i for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
+_MONTH_NAMES = {
+    m: i + 1
+    for i, m in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    )
 }
+_DAY_NAMES = {d: i for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
 _ALLOWED_TEXT = re.compile(r"[\x20-\x7e\t\n\v\f\r]*")
 _BLANKS = " \t\n\v\f\r"
 _SPLIT = re.compile(r"[ \t\n\v\f\r]+")
@@ -109,21 +110,23 @@ _LAST_TOKEN = re.compile(r"[0-9]{0,2}L")
 
 
 class _Field:
-    """Bounds and extra characters of one cron field."""
+    """Bounds, extra characters and name aliases of one cron field."""
 
     __slots__ = ("chars", "hi", "last", "lo", "name", "names")
 
-    def __init__(self, name: str, lo: int, hi: int, last: bool, names: bool) -> None:
+    def __init__(
+        self, name: str, lo: int, hi: int, last: bool, names: dict[str, int] | None = None
+    ) -> None:
         self.name, self.lo, self.hi, self.last, self.names = name, lo, hi, last, names
         self.chars = re.compile(r"[?,*0-9/L-]+" if last else r"[?,*0-9/-]+")
 
 
-_SECOND = _Field("second", 0, 59, False, False)
-_MINUTE = _Field("minute", 0, 59, False, False)
-_HOUR_F = _Field("hour", 0, 23, False, False)
-_DOM = _Field("day of month", 1, 31, True, False)
-_MONTH = _Field("month", 1, 12, False, True)
-_DOW = _Field("day of week", 0, 7, True, True)
+_SECOND = _Field("second", 0, 59, False)
+_MINUTE = _Field("minute", 0, 59, False)
+_HOUR_F = _Field("hour", 0, 23, False)
+_DOM = _Field("day of month", 1, 31, True)
+_MONTH = _Field("month", 1, 12, False, _MONTH_NAMES)
+_DOW = _Field("day of week", 0, 7, True, _DAY_NAMES)
 
 
 # ---------------------------------------------------------------------------- parsing ---
@@ -194,13 +197,21 @@ def _range(field: _Field, text: str, step: int | None, pattern: str) -> list[int
 
 
 def _field_values(field: _Field, text: str, pattern: str) -> list[int | str]:
-    if field.names:
+    written = text.split(",")  # the list items as written, for messages
+    names = field.names
+    if names is not None:
 
         def alias(match: re.Match[str]) -> str:
-            value = _NAMES.get(match.group().lower())
-            if value is None:
-                raise _refuse(pattern, f"unknown name {match.group()!r} in the {field.name}")
-            return str(value)
+            name = match.group()
+            value = names.get(name.lower())
+            if value is not None:
+                return str(value)
+            if name.lower() in _MONTH_NAMES or name.lower() in _DAY_NAMES:
+                kind, own = ("day", "month") if field is _MONTH else ("month", "day")
+                raise _refuse(
+                    pattern, f"{name!r} is a {kind} name; the {field.name} takes {own} names only"
+                )
+            raise _refuse(pattern, f"unknown name {name!r} in the {field.name}")
 
         text = _NAME.sub(alias, text)
     if "H" in text:
@@ -209,12 +220,22 @@ def _field_values(field: _Field, text: str, pattern: str) -> list[int | str]:
         raise _refuse(pattern, f"invalid characters in the {field.name} field {text!r}")
     text = re.sub(r"[*?]", f"{field.lo}-{field.hi}", text)
     values: list[int | str] = []
-    for atom in text.split(","):
+    for atom, as_written in zip(text.split(","), written):
         if not atom:
             raise _refuse(pattern, f"empty list item in the {field.name}")
         pieces = atom.split("/")
         if len(pieces) > 2:
             raise _refuse(pattern, f"invalid step {atom!r} in the {field.name}")
+        if pieces[0].count("-") > 1:  # a range has two ends; '*' and '?' are one already
+            written_range = as_written.split("/")[0]
+            hint = (
+                f" ('*' and '?' already are the range {field.lo}-{field.hi})"
+                if re.search(r"[*?]", written_range)
+                else ""
+            )
+            raise _refuse(
+                pattern, f"{field.name} range {written_range!r} has more than two ends{hint}"
+            )
         if len(pieces) == 2:
             left = pieces[0] if "-" in pieces[0] else f"{pieces[0]}-{field.hi}"
             result = _range(field, left, _js_int(pieces[1]), pattern)

@@ -1,4 +1,4 @@
-"""Python side of the Node (real BullMQ 6.7.0) interop peer.
+"""Python side of the Node (real BullMQ 6.7.6) interop peer.
 
 Every call runs ``node tests/interop/node/driver.mjs <command>`` with the JSON
 arguments on stdin. The driver prints JSON lines on stdout; the last one is the
@@ -42,7 +42,7 @@ __all__ = [
 TESTS_DIR: Path = Path(__file__).resolve().parent.parent
 DRIVER_PATH: Path = Path(__file__).resolve().parent / "node" / "driver.mjs"
 NODE_MODULES: Path = TESTS_DIR / "node_modules"
-BULLMQ_VERSION = "6.7.0"
+BULLMQ_VERSION = "6.7.6"
 
 DEFAULT_CALL_TIMEOUT = 30.0
 
@@ -106,7 +106,7 @@ def node_available() -> bool:
 
 
 def require_node_modules() -> None:
-    """Raise :class:`NodeModulesMissing` unless tests/node_modules holds bullmq 6.7.0."""
+    """Raise :class:`NodeModulesMissing` unless tests/node_modules holds bullmq 6.7.6."""
     pkg = NODE_MODULES / "bullmq" / "package.json"
     hint = "run `npm ci --prefix tests` from the repository root to install the Node peer"
     if not pkg.is_file():
@@ -313,7 +313,7 @@ class NodeProcess:
 
 
 class NodePeer:
-    """Runs BullMQ 6.7.0 commands against one queue through the Node driver."""
+    """Runs BullMQ 6.7.6 commands against one queue through the Node driver."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""bull-board 9 (Node, over BullMQ 6.7.0) shows and acts on queues that echomq fills and works.
+"""bull-board 9 (Node, over BullMQ 6.7.6) shows and acts on queues that echomq fills and works.
 
 ``node/board.mjs`` serves bull-board's Express adapter for the test's queue; these tests call
 its JSON API (the routes of ``@bull-board/api``'s ``dist/routes.js``) while every job is added

@@ -1,4 +1,4 @@
-"""Deduplication on add against the real BullMQ 6.7.0 for Node (docs/dedup.md).
+"""Deduplication on add against the real BullMQ 6.7.6 for Node (docs/dedup.md).
 
 Every mode added from Python is seen by Node's ``Queue.getDeduplicationJobId`` (and honoured by
 Node's adds), every mode added from Node is seen by echomq's getter and adds, and the same

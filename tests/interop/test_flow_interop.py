@@ -1,4 +1,4 @@
-"""Flows across the two runtimes: echomq and the real BullMQ 6.7.0 for Node.
+"""Flows across the two runtimes: echomq and the real BullMQ 6.7.6 for Node.
 
 A flow written by one side is run, read and failed by the other; Node and Python workers
 share one flow; both FlowProducers leave the same keys and events for the same tree; and

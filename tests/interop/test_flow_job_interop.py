@@ -1,4 +1,4 @@
-"""The job side of flows against the real BullMQ 6.7.0 for Node.
+"""The job side of flows against the real BullMQ 6.7.6 for Node.
 
 On flows Node made and Python workers ran, echomq's flow getters return what Node's
 ``getChildrenValues`` / ``getIgnoredChildrenFailures`` / ``getDependencies`` /

@@ -1,4 +1,4 @@
-"""Global limits against the real BullMQ 6.7.0 for Node (issue "Global limits on Queue").
+"""Global limits against the real BullMQ 6.7.6 for Node (issue "Global limits on Queue").
 
 Limits set from Python hold Node workers; limits set from Node are what Python's getters read;
 and the same setting made from either side leaves byte-identical keys (compared with DUMP).
@@ -123,7 +123,7 @@ async def test_python_reads_what_node_sets(peer: NodePeer, redis: Redis) -> None
             rate_limit_max=7,
             rate_limit_duration=1.5,
             max_len_events=10000,
-            version="bullmq:6.7.0",
+            version="bullmq:6.7.6",
         )
         assert node_meta == {
             "concurrency": meta.concurrency,
@@ -200,7 +200,7 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         await q.set_global_rate_limit(10, 2.5)
         assert await redis.hgetall(queue_key(peer.queue, "meta")) == {
             b"opts.maxLenEvents": b"10000",
-            b"version": b"bullmq:6.7.0",
+            b"version": b"bullmq:6.7.6",
             b"concurrency": b"3",
             b"max": b"10",
             b"duration": b"2500",
@@ -226,7 +226,7 @@ async def test_python_writes_what_node_writes(peer: NodePeer, twin: NodePeer, re
         assert limiter is None
     assert await redis.hgetall(queue_key(peer.queue, "meta")) == {
         b"opts.maxLenEvents": b"10000",
-        b"version": b"bullmq:6.7.0",
+        b"version": b"bullmq:6.7.6",
     }
 
 

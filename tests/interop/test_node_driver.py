@@ -1,4 +1,4 @@
-"""Self-test of the Node interop harness (BullMQ 6.7.0 only, no echomq).
+"""Self-test of the Node interop harness (BullMQ 6.7.6 only, no echomq).
 
 Needs a ``redis_url`` fixture (provided by tests/conftest.py) and
 ``tests/node_modules`` (``npm ci --prefix tests``).

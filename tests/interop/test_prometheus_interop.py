@@ -1,4 +1,4 @@
-"""``Queue.export_prometheus_metrics`` against BullMQ 6.7.0's ``exportPrometheusMetrics``.
+"""``Queue.export_prometheus_metrics`` against BullMQ 6.7.6's ``exportPrometheusMetrics``.
 
 The same queue (jobs in every counted state; metrics keys written by a Node worker and then a
 Python worker, both with metrics on) is exported by both sides; both texts are parsed with

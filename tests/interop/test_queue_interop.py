@@ -1,4 +1,4 @@
-"""The stateless queue against the real BullMQ 6.7.0 for Node (issue item 9).
+"""The stateless queue against the real BullMQ 6.7.6 for Node (issue item 9).
 
 Jobs written by echomq are read, processed and administered by Node, and the other way round;
 both sides must see the same fields, states, counts, orders and events. The Node side runs

@@ -1,4 +1,4 @@
-"""Job schedulers shared with the real BullMQ 6.7.0 for Node.
+"""Job schedulers shared with the real BullMQ 6.7.6 for Node.
 
 A scheduler made by echomq runs under Node workers and the reverse, every and cron (with a time
 zone); a mixed fleet keeps one scheduler going with no iteration doubled or lost; an upsert from

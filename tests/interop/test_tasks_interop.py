@@ -1,4 +1,4 @@
-"""Tasks (``@echomq.task``) across runtimes, against the real BullMQ 6.7.0 for Node: a Node
+"""Tasks (``@echomq.task``) across runtimes, against the real BullMQ 6.7.6 for Node: a Node
 producer enqueues a Python task by its name and an object of arguments, and a Python task's
 job is processed by a Node worker, which sees the name and the data object."""
 

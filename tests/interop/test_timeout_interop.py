@@ -1,4 +1,4 @@
-"""The ``timeout`` job option against the real BullMQ 6.7.0 for Node.
+"""The ``timeout`` job option against the real BullMQ 6.7.6 for Node.
 
 echomq stores it in the job's opts as ``emqTimeout`` (milliseconds), a key BullMQ does not
 know: a Node worker passes it through untouched and does not enforce it, so a job that runs

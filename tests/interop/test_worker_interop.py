@@ -1,4 +1,4 @@
-"""The echomq worker against the real BullMQ 6.7.0 for Node (issue "the worker and the events").
+"""The echomq worker against the real BullMQ 6.7.6 for Node (issue "the worker and the events").
 
 A Python worker must leave the same keys, fields and events as a Node worker, finish jobs a
 Node worker started (and the reverse), recover jobs a crashed Node worker left (and the

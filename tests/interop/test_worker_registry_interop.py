@@ -1,4 +1,4 @@
-"""The worker registry (docs/protocol/workers.md) with BullMQ 6.7.0 for Node on the same queue.
+"""The worker registry (docs/protocol/workers.md) with BullMQ 6.7.6 for Node on the same queue.
 
 A Node worker never reads or writes the registry keys: it keeps processing the queue's jobs
 beside an echomq worker that keeps its entry, ``get_workers()`` lists it from ``CLIENT LIST`` as

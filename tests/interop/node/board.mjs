@@ -1,4 +1,4 @@
-// A bull-board (Express) server over BullMQ 6.7.0 queues, for echomq's interop tests.
+// A bull-board (Express) server over BullMQ 6.7.6 queues, for echomq's interop tests.
 //
 // Usage: node board.mjs '<json>'   (or the JSON on stdin when argv[2] is missing or "-")
 //   url      redis://host:port/db of the Redis holding the queues (required)

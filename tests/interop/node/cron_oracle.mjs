@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Cron oracle for tests/test_cron.py: answers a batch of next-run-time questions with BullMQ
-// 6.7.0's own default repeat strategy (cron-parser 5.10.3 underneath), in one process.
+// 6.7.6's own default repeat strategy (cron-parser 5.10.4 underneath), in one process.
 //
 //   node cron_oracle.mjs < batch.json > answers.json
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Command-line driver around the public API of bullmq (pinned to 6.7.0 in
+// Command-line driver around the public API of bullmq (pinned to 6.7.6 in
 // tests/package.json). It is the "real BullMQ" side of echomq's interop tests.
 //
 //   node driver.mjs <command> [json-args]      (json-args default: read from stdin)
