@@ -22,13 +22,9 @@ for i = 2, #ARGV do
   tokens[ARGV[i]] = true
 end
 local g = group_keys(prefix)
-local lists = {k_active}
 local grouped = redis.call("EXISTS", g.state) == 1
-if grouped then
-  lists[2] = g.active
-end
 local renewed = {}
-for _, job in ipairs(jobs_locked_by(prefix, lists, tokens)) do
+for _, job in ipairs(jobs_locked_by(prefix, k_active, grouped and g.active or nil, tokens)) do
   local id = job[1]
   redis.call("PEXPIRE", job_part_key(job_hash_key(prefix, id), "lock"), lock_ms)
   redis.call("SREM", k_stalled, id)

@@ -351,12 +351,9 @@ local function taken_before(want)
   for i = 1, first and want or 0 do
     tokens[ARGV[4] .. int_str(first + i - 1)] = true
   end
-  local lists = {k.active}
-  if k.grouped then
-    lists[2] = k.g.active
-  end
   local taken = {}
-  for _, job in ipairs(jobs_locked_by(k.prefix, lists, tokens)) do
+  local grouped_active = k.grouped and k.g.active or nil
+  for _, job in ipairs(jobs_locked_by(k.prefix, k.active, grouped_active, tokens)) do
     taken[#taken + 1] = job[1]
     taken[#taken + 1] = job[2]
     taken[#taken + 1] = redis.call("HGETALL", job_hash_key(k.prefix, job[1]))

@@ -77,8 +77,7 @@ class Finisher:
 
     def tokens(self) -> set[str]:
         """Tokens of the outcomes pending or being recorded (their jobs are not handed back)."""
-        recording = (f for batch in self._recording.values() for f in batch)
-        return {f.token for f in (*self.pending, *recording)}
+        return {f.token for f in self.pending} | self.recording_tokens()
 
     @functools.cached_property
     def batch_size(self) -> int:
