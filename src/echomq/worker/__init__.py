@@ -451,6 +451,8 @@ class Worker(HooksMixin):
         """Take the next job by hand, locked with ``token`` (for custom loops, as Node's
         ``getNextJob``); finish it with ``job.move_to_completed`` / ``move_to_failed`` /
         ``move_to_wait`` / ``move_to_delayed``, and keep its lock with ``job.extend_lock``.
+        The worker cannot see how many jobs your loop holds, so it takes an isolated job (one
+        that stalled past ``max_stalled_count``) like any other: running it alone is yours.
 
         Args:
             token: the lock token, unique per job taken (e.g. ``f"{uuid4()}"``).
