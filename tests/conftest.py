@@ -16,12 +16,18 @@ Fixtures:
     exporter / provider (function): an OpenTelemetry SDK in-memory span exporter, and a
         ``TracerProvider`` that sends every span to it (shut down after the test).
 
+With ``ECHOMQ_GC_EACH_TEST=1`` the garbage collector runs after every test, so that an unclosed
+connection (``unclosed <StreamWriter ...>``, an error like every warning here) fails the test
+that left it rather than whichever later test the collector happens to run in.
+
 Helpers for tests live in ``tests/helpers.py`` (``from helpers import snapshot, wait_for``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import gc
+import os
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
@@ -40,6 +46,19 @@ if TYPE_CHECKING:  # the SDK is imported by the fixtures that use it, not by eve
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 CLUSTER_SIZE = 3
+
+
+_GC_EACH_TEST = os.environ.get("ECHOMQ_GC_EACH_TEST") == "1"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, object, object]:
+    """With ``ECHOMQ_GC_EACH_TEST=1``, collect garbage once the test's fixtures are torn down
+    (see the module docstring)."""
+    result = yield
+    if _GC_EACH_TEST:
+        gc.collect()
+    return result
 
 
 @pytest.fixture(scope="session")

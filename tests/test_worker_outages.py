@@ -7,6 +7,7 @@ process (outside Redis). The fault suite (tests/faults/) does the same with work
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -218,51 +219,67 @@ class ReplyDroppingProxy:
         self.armed = False
         self.dropped = 0
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[None]] = set()  # one per client connection
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         return f"redis://127.0.0.1:{port}"
 
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Every connection's task is kept, so that aclose() can wait for each to close both of
+        # its streams (an unawaited one would leave its StreamWriter to the garbage collector).
+        task = asyncio.create_task(self._serve(reader, writer))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
-        doomed = asyncio.Event()
-
-        async def upstream() -> None:
-            while data := await reader.read(65536):
-                if self.armed and b"EVALSHA" in data:
-                    self.armed = False
-                    doomed.set()
-                up_writer.write(data)
-                await up_writer.drain()
-
-        async def downstream() -> None:
-            while data := await up_reader.read(65536):
-                if doomed.is_set():
-                    self.dropped += 1
-                    break
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        self._tasks.update(tasks)
+        writers = [writer]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._port)
+            writers.append(up_writer)
+            doomed = asyncio.Event()
+
+            async def upstream() -> None:
+                while data := await reader.read(65536):
+                    if self.armed and b"EVALSHA" in data:
+                        self.armed = False
+                        doomed.set()
+                    up_writer.write(data)
+                    await up_writer.drain()
+
+            async def downstream() -> None:
+                while data := await up_reader.read(65536):
+                    if doomed.is_set():
+                        self.dropped += 1
+                        break
+                    writer.write(data)
+                    await writer.drain()
+
+            tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except (OSError, asyncio.CancelledError):
+            pass  # upstream refused or the proxy is closing: the client sees its socket closed
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._tasks.difference_update(tasks)
-            writer.close()
-            up_writer.close()
+            for each in writers:
+                each.close()
+            for each in writers:
+                with contextlib.suppress(OSError):
+                    await each.wait_closed()
 
     async def aclose(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
+        for task in list(self._handlers):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
 
 @pytest.fixture
