@@ -1,6 +1,9 @@
 """Typed tasks: enqueue calls of typed functions, run them in a worker, read typed results.
 
-    python examples/typed_tasks.py redis://localhost:6379/0
+    python examples/typed_tasks.py [redis://localhost:6379/0]
+
+Without a URL it uses echomq's connection rule (``echomq.default_redis_url()``):
+``$ECHOMQ_REDIS_URL``, else the embedded Redis that ``echomq demo`` started.
 
 ``mypy --strict`` accepts this program (tests/test_tasks_example.py checks it): the arguments of
 ``aenqueue`` are checked against each function's parameters, and ``aresult`` returns the
@@ -47,4 +50,4 @@ async def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "redis://localhost:6379/0"))
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else echomq.default_redis_url()))

@@ -2,24 +2,24 @@
 
 Run it against any Redis (nothing else is needed; it runs its own workers)::
 
-    python examples/video_pipeline.py redis://localhost:6379
+    python examples/video_pipeline.py
     python examples/video_pipeline.py redis://localhost:6379 --video intro.mp4 \
         --resolutions 480p,720p,1080p
-    python examples/video_pipeline.py redis://node-1:7000 --prefix '{video}'   # Redis Cluster
+    python examples/video_pipeline.py redis+cluster://node-1:7000 --prefix '{video}'   # Cluster
 
 A ``FlowProducer`` adds the whole tree in one step: a ``publish`` job in the queue
 ``publish``, which waits in ``waiting-children``, and one ``transcode`` child per resolution
 in the queue ``transcode``. A worker on each queue runs them. When the last transcode has
 completed, the publish job runs and reads what its children returned with
-``job.get_children_values()``. The URL defaults to ``$ECHOMQ_REDIS_URL``, else
-``redis://localhost:6379``.
+``job.get_children_values()``. Without a URL it uses echomq's connection rule
+(``echomq.default_redis_url()``): ``$ECHOMQ_REDIS_URL``, else the embedded Redis that
+``echomq demo`` or ``echomq server start`` started.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 
 import echomq
@@ -110,8 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "url",
         nargs="?",
-        default=os.environ.get("ECHOMQ_REDIS_URL", "redis://localhost:6379"),
-        help="Redis URL (default $ECHOMQ_REDIS_URL, else redis://localhost:6379)",
+        default=None,
+        help="Redis URL (default: $ECHOMQ_REDIS_URL, else the running embedded Redis)",
     )
     parser.add_argument("--video", default="intro.mp4", help="video name (default intro.mp4)")
     parser.add_argument(
@@ -126,4 +126,5 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     args = parse_args()
     resolutions = [r.strip() for r in args.resolutions.split(",") if r.strip()]
-    asyncio.run(main(args.url, args.video, resolutions, args.prefix))
+    url = args.url or echomq.default_redis_url()
+    asyncio.run(main(url, args.video, resolutions, args.prefix))

@@ -68,6 +68,8 @@ SUBS: list[tuple[str, str]] = [
     (r"\bAsyncConnection\b", "SyncConnection"),
     (r"\bAsyncConn\b", "SyncConn"),
     (r"\basync_client_from_url\b", "sync_client_from_url"),
+    # The connection rule gives the sync API sync clients (``_redis/default.py``).
+    (r"\bis_async=True\b", "is_async=False"),
     (r"\bcheck_on_first_use\b", "check_on_first_use_sync"),
     # A sync connection has no pipelined channel: its calls are plain blocking redis-py.
     (r"\bpipelined=True, ", ""),

@@ -7,6 +7,8 @@ outcome and stalled recovery; a result that is an exception fails its job alone.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -204,6 +206,94 @@ async def test_a_raising_processor_fails_every_job_and_each_is_retried(
     for job_id in ids:
         h = await redis.hgetall(queue_key(queue_name, job_id))
         assert h[b"atm"] == b"2" and b"the database is down" in h[b"stacktrace"]
+
+
+def _charge(card: str, job_id: str) -> str:
+    """The user's code a batch processor calls for each job; raises for a declined card."""
+    if card == "declined":
+        raise ValueError(f"card declined: {job_id}")
+    return f"charged {job_id}"
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_members_failure_is_logged_and_stored_with_the_users_traceback(
+    redis: Redis, queue_name: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One member's error raised in the user's code (and caught there) shows the user's frames
+    down to the raise; one returned without being raised shows no frame but a note naming the
+    processor, its file and line. Neither shows this package's frame that hands the result to
+    the job's task (``return await entry.future`` in worker/_batches.py)."""
+    declined, unknown, fine = await add_jobs(
+        redis, queue_name, [{"card": "declined"}, {"card": "unknown"}, {"card": "ok"}]
+    )
+
+    def settle(jobs: list[Any]) -> list[Any]:
+        results: list[Any] = []
+        for job in jobs:
+            if job.data["card"] == "unknown":
+                results.append(LookupError(f"no such card: {job.id}"))  # never raised
+                continue
+            try:
+                results.append(_charge(job.data["card"], job.id))
+            except ValueError as exc:
+                results.append(exc)
+        return results
+
+    async def async_settle(jobs: list[Job]) -> list[Any]:
+        return settle(jobs)
+
+    processor: Any = async_settle if kind == "async" else settle
+    with caplog.at_level(logging.WARNING, logger="echomq.worker"):
+        async with Worker(
+            queue_name, processor, connection=redis, batch=Batch(size=3, wait=0.3), **FAST
+        ):
+            await wait_for(lambda: all_in(redis, queue_name, [declined, unknown], "failed"))
+    assert await state_of(redis, queue_name, fine) == "completed"
+    here = settle.__code__.co_filename
+    assert Path(here).name == "test_batches.py"
+    traces = {}
+    for job_id in (declined, unknown):
+        [trace] = json.loads(await redis.hget(queue_key(queue_name, job_id), "stacktrace"))
+        [record] = [
+            r
+            for r in caplog.records
+            if getattr(r, "job_id", None) == job_id and getattr(r, "status", "") == "failed"
+        ]
+        assert record.exc_text == trace  # what is logged is what is stored
+        assert "worker/_batches.py" not in trace and "entry.future" not in trace, trace
+        traces[job_id] = trace.splitlines()
+    assert traces[declined][0] == "Traceback (most recent call last):"
+    assert traces[declined][1].startswith(f'  File "{here}", line ')
+    assert traces[declined][1].endswith(", in settle")
+    assert traces[declined][-3:] == [
+        f'  File "{here}", line {_charge.__code__.co_firstlineno + 3}, in _charge',
+        '    raise ValueError(f"card declined: {job_id}")',
+        f"ValueError: card declined: {declined}",
+    ]
+    named = async_settle if kind == "async" else settle
+    assert traces[unknown] == [
+        f"LookupError: no such card: {unknown}",
+        f"returned, not raised, by the batch processor {named.__qualname__} "
+        f'(File "{here}", line {named.__code__.co_firstlineno})',
+    ]
+
+
+async def test_a_raising_batch_processors_traceback_ends_where_it_raised(
+    redis: Redis, queue_name: str
+) -> None:
+    [job_id] = await add_jobs(redis, queue_name, [{"card": "declined"}])
+
+    async def charge_all(jobs: list[Job]) -> list[str]:
+        return [_charge(job.data["card"], job.id) for job in jobs]
+
+    async with Worker(
+        queue_name, charge_all, connection=redis, batch=Batch(size=1, wait=0.3), **FAST
+    ):
+        await wait_for(lambda: all_in(redis, queue_name, [job_id], "failed"))
+    [trace] = json.loads(await redis.hget(queue_key(queue_name, job_id), "stacktrace"))
+    lines = trace.splitlines()
+    assert "worker/_batches.py" not in trace, trace
+    assert lines[1].endswith(", in charge_all") and lines[-3].endswith(", in _charge"), trace
 
 
 async def test_the_job_timeout_applies_to_the_batch_call(redis: Redis, queue_name: str) -> None:

@@ -625,11 +625,23 @@ def test_demo_reports_throughput_and_retries(redis_url: str, queue_name: str) ->
     assert re.search(r"^processed 300 jobs in [\d.]+s: [\d,]+ jobs/s", done.stdout, re.M)
     assert re.search(r"^completed\s+300$", done.stdout, re.M)
     assert "300 completed, 0 failed, 6 retried" in done.stdout
-    assert "300/300 100%" in done.stderr
+    # stderr: the one line of progress; the retried attempts are counted, not logged.
+    (line,) = done.stderr.splitlines()
+    assert re.fullmatch(r"done 300/300 100% in [\d.]+s, [\d,]+ jobs/s; 6 retried, 0 failed", line)
     assert counts(redis_url, queue_name)["completed"] == 300
     found = metrics_of(redis_url, queue_name)
     # BullMQ's metrics count finished jobs: the 6 retried attempts are not failures.
     assert found["completed"]["count"] == "300" and found["failed"] == {}
+
+
+def test_demo_verbose_logs_each_retried_attempt(redis_url: str, queue_name: str) -> None:
+    args = ("--jobs", "100", "--queue", queue_name, "--url", redis_url)
+    done = run_demo(*args, "--verbose", env=cli_env())
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if " WARNING echomq.worker: " in line]
+    assert len(warnings) == 2, done.stderr
+    assert all(" retry in " in line and "on purpose" in line for line in warnings)
+    assert "100 completed, 0 failed, 2 retried" in done.stdout
 
 
 def test_demo_without_metrics_records_none(redis_url: str, queue_name: str) -> None:
@@ -650,7 +662,9 @@ def test_demo_uses_the_embedded_server_by_default(tmp_path: Path) -> None:
     try:
         done = run_demo("--jobs", "100", env=cli_env(ECHOMQ_DATA_DIR=str(data_dir)))
         assert done.returncode == 0, done.stderr
-        assert f"using embedded Redis at unix://{data_dir.resolve()}/redis.sock" in done.stderr
+        notice, progress = done.stderr.splitlines()  # nothing else on stderr
+        assert notice.startswith(f"using embedded Redis at unix://{data_dir.resolve()}/redis.sock")
+        assert progress.startswith("done 100/100 100% in ")
         assert "100 completed, 0 failed, 2 retried" in done.stdout
     finally:
         stop_embedded_server(data_dir)

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from redis import Redis as SyncRedis
@@ -30,6 +31,7 @@ from redis import Redis as SyncRedis
 import echomq
 from _cli import DEADLINE, base_env, cli, queue_call, wait_until
 from echomq import Queue
+from echomq.cli._connect import URL_ENV
 from echomq.embedded import RedisServer, stop_embedded_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +85,11 @@ def project(tmp_path: Path) -> Path:
 
 HAS_DASHBOARD = importlib.util.find_spec("starlette") is not None
 BAD_NAME = "queue name 'a:b' contains ':'"
+#: What every refusal of a string that is not a cron pattern says (and the --cron help).
+CRON_FORMS = (
+    "a cron pattern is 5 fields (minute hour day-of-month month day-of-week) or 6 with seconds "
+    "first, e.g. '0 12 * * *' for every day at noon"
+)
 NO_PREFIX = "--prefix must not be empty"
 
 REFUSED: list[tuple[list[str], str]] = [
@@ -100,6 +107,7 @@ REFUSED: list[tuple[list[str], str]] = [
     (["queue", "q", "retry-failed", "--count", "0"], "count must be >= 1"),
     (["scheduler", "a:b", "list"], BAD_NAME),
     (["scheduler", "q", "add", "s", "--cron", "99 * * * *"], "minute"),
+    (["scheduler", "q", "add", "s", "--cron", "every day at noon"], CRON_FORMS),
     (["scheduler", "q", "add", "s", "--every", "1", "--tz", "No/Where"], "No/Where"),
     (["scheduler", "q", "add", "s", "--every", "0"], "every must be at least 1 ms"),
     (["scheduler", "q", "add", "s", "--every", "5", "--data", "{x"], "--data must be JSON"),
@@ -108,6 +116,7 @@ REFUSED: list[tuple[list[str], str]] = [
     (["worker", "drift_procs:process", "-q", "q", "--connect-timeout", "0"], "connect_timeout"),
     (["demo", "--queue", "a:b"], BAD_NAME),
     (["queues", "--prefix", ""], NO_PREFIX),
+    (["workers", "--prefix", ""], NO_PREFIX),
     (["metrics", "--prefix", ""], NO_PREFIX),
     (["dashboard", "--queue", "a:b"], BAD_NAME),
     (["dashboard", "--auth", "x"], "user:password"),
@@ -128,6 +137,103 @@ def test_a_refused_argument_starts_no_server(
     assert reason in done.stderr
     assert "embedded" not in done.stderr
     assert not data.exists(), "the embedded server was started for a refused command"
+
+
+#: One command line of each subcommand that reaches Redis, valid but for its URL.
+EVERY_COMMAND: list[list[str]] = [
+    ["add", "q", "x"],
+    ["queue", "q", "counts"],
+    ["queues"],
+    ["workers"],
+    ["metrics", "--port", "0"],
+    ["dashboard", "--port", "0"],
+    ["scheduler", "q", "list"],
+    ["scheduler", "q", "add", "s", "--every", "5"],
+    ["demo", "--jobs", "1"],
+    ["worker", "drift_procs:process", "--queue", "q"],
+]
+#: Careless URLs, what their one-line error says, and the accepted form it shows.
+BAD_URLS: list[tuple[str, str]] = [
+    ("redis://127.0.0.1:notaport", "the port 'notaport' is not a number from 1 to 65535"),
+    ("redis://127.0.0.1:99999", "the port '99999' is not a number from 1 to 65535"),
+    ("redis://127.0.0.1:1/abc", "the database 'abc' (the URL's path) is not a number"),
+    ("redis://127.0.0.1:1?db=x", "the database 'x' (option db) is not a number"),
+    ("unix://tmp/redis.sock", "a unix:// URL takes an absolute path"),
+    ("localhost:6379", "did you mean redis://localhost:6379?"),
+    ("http://x", "must start with redis://, rediss:// or unix://"),
+    ("", "--url is empty"),
+]
+
+
+def refused_at_once(done: subprocess.CompletedProcess[str], data: Path) -> str:
+    """The one line of a refusal that exited 2 with nothing printed or started; that line."""
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("echomq: error: "), done.stderr
+    assert "Traceback" not in done.stderr and "using embedded Redis" not in done.stderr
+    assert not data.exists(), "the embedded server was started for a refused command"
+    return done.stderr
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=" ".join)
+def test_every_command_refuses_a_malformed_url_at_once(
+    args: list[str], tmp_path: Path, project: Path
+) -> None:
+    if args[0] == "dashboard" and not HAS_DASHBOARD:
+        pytest.skip("the dashboard extra is not installed")
+    data = tmp_path / "data"  # does not exist: a server started there would create it
+    env = base_env(ECHOMQ_DATA_DIR=str(data))
+    done = cli(*args, "--url", "redis://127.0.0.1:notaport", env=env, cwd=project)
+    line = refused_at_once(done, data)
+    assert "--url: connection URL 'redis://127.0.0.1:notaport': the port 'notaport'" in line
+    assert "expected redis://[[user]:password@]host[:port][/db]" in line
+    env[URL_ENV] = "redis://127.0.0.1:1/abc"
+    line = refused_at_once(cli(*args, env=env, cwd=project), data)
+    assert f"${URL_ENV}: connection URL 'redis://127.0.0.1:1/abc': the database 'abc'" in line
+
+
+@pytest.mark.parametrize(("url", "reason"), BAD_URLS, ids=[u or "empty" for u, _ in BAD_URLS])
+def test_a_careless_url_is_one_line_naming_what_is_wrong(
+    url: str, reason: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    for args in (["queue", "q", "counts"], ["add", "q", "x"]):
+        done = cli(*args, "--url", url, env=base_env(ECHOMQ_DATA_DIR=str(data)))
+        assert reason in refused_at_once(done, data)
+
+
+def test_a_url_with_a_bad_database_writes_nothing_to_its_server(
+    redis_url: str, queue_name: str
+) -> None:
+    # redis-py would read the path 'abc' as database 0 and add the job there.
+    port = urlsplit(redis_url).port
+    for url in (f"redis://127.0.0.1:{port}/abc", f"redis://127.0.0.1:{port}/0/1"):
+        done = cli("add", queue_name, "x", "--url", url, env=base_env())
+        assert done.returncode == 2, done.stderr
+        assert "(the URL's path) is not a number" in done.stderr
+    client = SyncRedis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=f"bull:{queue_name}:*")) == []
+    finally:
+        client.close()
+
+
+def test_the_url_forms_that_work_still_work(redis_url: str, queue_name: str) -> None:
+    port = urlsplit(redis_url).port
+    base = f"redis://127.0.0.1:{port}"
+    for url in (base, f"{base}/0", f"{base}/0?socket_timeout=5", f"{base}/"):
+        done = cli("add", queue_name, "x", "--data", "{}", "--url", url, env=base_env())
+        assert done.returncode == 0, done.stderr
+    assert queue_call(redis_url, queue_name, lambda q: q.count()) == 4
+
+
+def test_the_cron_help_says_what_a_cron_pattern_is() -> None:
+    done = cli("scheduler", "q", "add", "--help", env=base_env())
+    assert done.returncode == 0, done.stderr
+    assert CRON_FORMS.replace("a cron pattern is ", "a cron pattern: ") in " ".join(
+        done.stdout.split()
+    )
+    assert "6 fields: seconds first" not in done.stdout
 
 
 def test_a_refused_argument_writes_nothing_to_the_given_server(
@@ -386,7 +492,10 @@ def run_readme(env: dict[str, str], cwd: Path) -> str:
 
 
 def test_the_readme_examples_run_on_the_embedded_server(data_dir: Path, tmp_path: Path) -> None:
-    out = run_readme(base_env(ECHOMQ_DATA_DIR=str(data_dir)), tmp_path)
+    env = base_env(ECHOMQ_DATA_DIR=str(data_dir))
+    started = cli("server", "start", env=env)  # what "Try it" leaves running (echomq demo)
+    assert started.returncode == 0, started.stderr
+    out = run_readme(env, tmp_path)
     assert "sending ada@example.com" in out
     assert "{'sent': True}" in out
     assert "hello Ada <ada@example.com>" in out  # the task's typed result

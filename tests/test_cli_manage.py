@@ -280,20 +280,63 @@ def test_queue_on_the_embedded_server_says_so_and_warns_of_a_missing_queue(
     assert NO_QUEUE_WARNING not in env_url.stderr
 
 
-def test_worker_on_the_embedded_server_says_so_and_warns(
-    data_dir: Path,
-    emb_env: dict[str, str],
-    project: Path,
-    workers: Callable[..., subprocess.Popen[bytes]],
+def _not_yet_note(queue: str) -> str:
+    return (
+        f"INFO    echomq.cli: queue {queue!r} (prefix 'bull') is not on the embedded Redis yet: "
+        "waiting for its first job; if its producer uses another Redis, pass --url or set "
+        "ECHOMQ_REDIS_URL"
+    )
+
+
+def _worker_stderr(project: Path, env: dict[str, str], url: str, queue: str, *args: str) -> str:
+    """Run ``echomq worker --queue QUEUE ARGS`` with stderr on a pipe until its registry entry
+    is written, SIGTERM it (exit code 0), and return everything it wrote on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "echomq.cli", "worker", "manage_procs:process", "-q", queue, *args],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        client = SyncRedis.from_url(url)
+        try:
+            wait_until(
+                lambda: proc.poll() is not None or client.exists(f"bull:{queue}:workers") == 1,
+                "the worker to register",
+            )
+        finally:
+            client.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return str(err)
+
+
+def test_worker_on_the_embedded_server_says_once_at_info_its_queue_is_not_there_yet(
+    data_dir: Path, emb_env: dict[str, str], project: Path
 ) -> None:
-    worker = workers(emb_env, "--queue", "ghost", "--drain-delay", "0.5")
-    log = project / "worker-0.log"
-    wait_until(lambda: "processing queue ghost" in log.read_text(), "the worker to start")
-    worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=DEADLINE) == 0
-    text = log.read_text()
+    """A worker started before its queue exists (its producer may start later) says so once,
+    at INFO, with the hint for a producer on another server; no warning."""
+    assert cli("server", "start", env=emb_env).returncode == 0
+    url = embedded_url(data_dir)
+    text = _worker_stderr(project, emb_env, url, "ghost", "--heartbeat-interval", "0.2")
     assert f"{EMBEDDED_NOTE}{data_dir.resolve()}/redis.sock" in text
-    assert f"{NO_QUEUE_WARNING} 'ghost'" in text
+    assert text.count("not on the embedded Redis") == 1, text
+    assert _not_yet_note("ghost") in text
+    assert "ghost'" not in "".join(line for line in text.splitlines() if "WARNING" in line)
+    assert NO_QUEUE_WARNING not in text and "warning:" not in text
+    # above INFO it is not said at all
+    quiet = _worker_stderr(project, emb_env, url, "shade", "--log-level", "WARNING")
+    assert "not on the embedded Redis" not in quiet and "warning:" not in quiet, quiet
+    # once the queue exists, not said
+    again = _worker_stderr(project, emb_env, url, "ghost")
+    assert "not on the embedded Redis" not in again and "warning:" not in again, again
 
 
 # -- add -------------------------------------------------------------------------------------
@@ -345,10 +388,16 @@ def test_add_with_a_bad_option_exits_2(redis_url: str, queue_name: str) -> None:
     assert keys_of(redis_url, f"bull:{queue_name}:*") == []
 
 
-def test_add_needs_data(redis_url: str, queue_name: str) -> None:
+def test_add_without_data_adds_an_empty_object(redis_url: str, queue_name: str) -> None:
     done = cli("add", queue_name, "x", "--url", redis_url, env=base_env())
-    assert done.returncode == 2
-    assert "--data" in done.stderr
+    assert (done.returncode, done.stderr) == (0, "")
+    job = queue_call(redis_url, queue_name, lambda q: q.get_job(done.stdout.strip()))
+    assert (job.name, job.data) == ("x", {})
+    stored = SyncRedis.from_url(redis_url)
+    try:  # what echomq.add stores for no data, as Node does for undefined data
+        assert stored.hget(f"bull:{queue_name}:{job.id}", "data") == b"{}"
+    finally:
+        stored.close()
 
 
 # -- queues ----------------------------------------------------------------------------------
@@ -453,16 +502,17 @@ def test_demo_fresh_starts_empty_and_draws_no_bar_off_a_terminal(
     assert (counts["completed"], counts["waiting"]) == (100, 0)
 
 
-def test_demo_draws_its_progress_bar_on_a_terminal(redis_url: str, queue_name: str) -> None:
+def demo_on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """``echomq demo ARGS`` with stderr on a pseudo-terminal (so it draws its bar) and stdout
+    on a pipe: its exit code, what the terminal showed (``\r\n`` as ``\n``) and stdout."""
     controller, terminal = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "echomq.cli", "demo", "--jobs", "200", "--queue", queue_name,
-             "--url", redis_url],
+            [sys.executable, "-m", "echomq.cli", "demo", *args],
             env=base_env(),
             stdout=subprocess.PIPE,
             stderr=terminal,
-        )  # fmt: skip
+        )
         os.close(terminal)
         seen = b""
         deadline = time.monotonic() + 60
@@ -481,11 +531,32 @@ def test_demo_draws_its_progress_bar_on_a_terminal(redis_url: str, queue_name: s
         out, _ = proc.communicate(timeout=DEADLINE)
     finally:
         os.close(controller)
-    assert proc.returncode == 0, seen.decode(errors="replace")
-    text = seen.decode(errors="replace")
+    text = seen.decode(errors="replace").replace("\r\n", "\n")
+    return proc.returncode, text, out.decode()
+
+
+def test_demo_draws_its_progress_bar_on_a_terminal(redis_url: str, queue_name: str) -> None:
+    code, text, out = demo_on_a_terminal("--jobs", "200", "--queue", queue_name, "--url", redis_url)
+    assert code == 0, text
     assert "\r[" in text
     assert "200/200 100%" in text
-    assert b"200 completed" in out
+    # One line, redrawn in place, counting the retried attempts instead of logging them.
+    assert text.count("\n") == 1 and text.endswith("\n"), text
+    assert "WARNING" not in text
+    assert re.search(r"\r\[#+\] 200/200 100%  [\d,]+ jobs/s  4 retried  0 failed *\n$", text)
+    assert "200 completed, 0 failed, 4 retried" in out
+
+
+def test_demo_verbose_logs_each_retry_on_a_line_of_its_own(redis_url: str, queue_name: str) -> None:
+    code, text, out = demo_on_a_terminal(
+        "--jobs", "100", "--queue", queue_name, "--url", redis_url, "--verbose"
+    )
+    assert code == 0, text
+    warnings = re.findall(r"^.*WARNING echomq.worker: .*$", text, re.M)
+    assert len(warnings) == 2, text
+    # The bar's line is ended before each: a log line never starts after the bar on its line.
+    assert all(re.match(r"\d{4}-\d\d-\d\d ", line) for line in warnings), warnings
+    assert "100 completed, 0 failed, 2 retried" in out
 
 
 # -- broken pipes ----------------------------------------------------------------------------

@@ -703,6 +703,16 @@ REFUSALS_SAY_WHY = [
     ("0 0 * * JUL#2", "'JUL' is a month name; the day of week takes"),
     ("1-2-3/5 * * * *", "minute range '1-2-3' has more than two ends$"),
     ("*-5 * * * *", r"'\*-5' has .* already are the range 0-59"),
+    # Not cron at all: the message says how the fields were read and what a pattern is.
+    (
+        "every day at noon",
+        r"invalid characters in the hour field 'every' \(its 4 fields are read as: hour, day of "
+        r"month, month, day of week\); a cron pattern is 5 fields \(minute hour day-of-month "
+        r"month day-of-week\) or 6 with seconds first, e\.g\. '0 12 \* \* \*' for every day",
+    ),
+    ("0 0 12 * * * *", r"7 fields, more than 6; a cron pattern is 5 fields"),
+    ("0 0 * FOO *", r"unknown name 'FOO' in the month; a cron pattern is 5 fields"),
+    ("30 25 * *", r"hour value 30 is outside 0-23 \(its 4 fields are read as: hour, day"),
 ]
 
 

@@ -808,3 +808,61 @@ async def test_workers_page_shows_a_running_worker_and_links_its_job(
             release.set()
         await page.goto(f"{dashboard}/queues/{queue_name}/workers")
         await expect(page.locator("#no-workers")).to_be_visible()
+
+
+# -- attempts: the dashboard reads as the CLI prints ---------------------------------------------
+
+
+async def test_attempts_of_a_job_added_without_attempts_read_as_the_cli_prints_them(
+    redis: Redis, redis_url: str, queue_name: str, dashboard: str, browsing: Browsing
+) -> None:
+    """A job added without ``attempts`` has one try (BullMQ's default, stored as
+    ``attempts: 0``): after its run, the list's ATTEMPTS column and the job page say
+    ``1/1`` and ``1 made of 1 allowed``, as ``echomq queue NAME jobs`` / ``job`` print it,
+    and the job page's options leave the stored 0 out, as the CLI does."""
+
+    async def welcome(job: Job) -> str:
+        return "sent"
+
+    async with Queue(queue_name, connection=redis) as queue:
+        job = await queue.add("welcome", {"user": 1})
+        async with worker(queue_name, welcome, redis):
+            deadline = time.monotonic() + 10
+            while await queue.get_job_state(job.id) != "completed":
+                assert time.monotonic() < deadline, "the job did not complete"
+                await asyncio.sleep(0.05)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ECHOMQ_")}
+
+    def echomq(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "echomq.cli", "queue", queue_name, *args, "--url", redis_url],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listing = await asyncio.to_thread(echomq, "jobs", "completed")
+    header, row = listing.splitlines()[:2]
+    column = header.index("ATTEMPTS")
+    cli_attempts = row[column:].split()[0]
+    assert row.split()[0] == job.id and cli_attempts == "1/1", listing
+    shown = json.loads(await asyncio.to_thread(echomq, "job", job.id, "--json"))
+    assert (shown["attempts_made"], shown["attempts"]) == (1, 1)
+    assert "attempts" not in shown["options"]
+
+    page = await browsing.page()
+    await page.goto(f"{dashboard}/queues/{queue_name}?state=completed")
+    cell = page.locator(f'#jobs tr[data-job="{job.id}"] td.attempts')
+    await expect(cell).to_have_text(cli_attempts)
+    await page.locator(f'#jobs tr[data-job="{job.id}"]').get_by_role("link", name=job.id).click()
+    await expect(page.locator("#job-id")).to_have_text(job.id)
+    detail = await asyncio.to_thread(echomq, "job", job.id)
+    cli_line = re.search(r"^attempts +(.+)$", detail, re.MULTILINE)
+    assert cli_line is not None and cli_line.group(1) == "1 made of 1 allowed", detail
+    await expect(page.locator("#attempts")).to_have_text(cli_line.group(1))
+    options = json.loads(await page.locator("#job-opts").inner_text())
+    assert "attempts" not in options

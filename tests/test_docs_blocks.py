@@ -47,14 +47,18 @@ Placeholders that stand for the user's code (``send_email``, ``call_api``, ``hea
 ``echomq worker``: stopped once their queue has been empty for a second) live in
 tests/docs_prelude/, which is on every block's ``PYTHONPATH``.
 
-Redis: the module starts its own server; block N gets database N, given as
-``ECHOMQ_REDIS_URL``, and the docs' ``redis://localhost:6379`` (and ``Redis()`` without
-arguments, which means the same) is rewritten to it. The Cluster
-addresses ``node-1:7000``, ``node-2:7001``, ``node-3:7002`` and the Sentinels
-``sentinel-1:26379`` ... ``sentinel-3:26379`` become the suite's cluster and Sentinels, started
-only when a block that names them gets that far. No block ever reaches 127.0.0.1:6379, and a
-block that starts the CLI's embedded server fails. The blocks run in parallel, in a fixture
-that runs those of the selected tests once.
+Redis: the module starts its own server; block N gets database N through its environment,
+``ECHOMQ_REDIS_URL=redis://127.0.0.1:PORT/N``, as a reader with their own Redis sets it. Its
+text is run as written: a block that needs Redis finds it by the connection rule (no
+``connection=``, or ``echomq.default_redis_url()`` for a client of its own), so it runs the
+same for a reader who only ran README's "Try it" (the embedded Redis;
+tests/test_connection_rule.py runs the main examples that way). A block that names a Redis on
+port 6379 (``redis://localhost:6379``, ``Redis()`` without arguments) fails: nothing listens
+there for that reader. Only the Cluster addresses ``node-1:7000``, ``node-2:7001``,
+``node-3:7002`` and the Sentinels ``sentinel-1:26379`` ... ``sentinel-3:26379``, which a block
+shows on purpose, become the suite's cluster and Sentinels, started only when a block that
+names them gets that far. A block that starts the CLI's embedded server fails. The blocks
+run in parallel, in a fixture that runs those of the selected tests once.
 """
 
 from __future__ import annotations
@@ -106,8 +110,6 @@ RUNNABLE = {"echomq", "python", "printf", "echo", "cat"}
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<lang>[\w+-]*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
-LOCAL_URL = re.compile(r"redis://localhost:6379(?:/\d+)?(?![\d/])")
-DEFAULT_CLIENT = re.compile(r"\bRedis\(\s*\)")  # redis.Redis(): localhost:6379 too
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 PYTHON_EXE = re.compile(r"python(\d+(\.\d+)?)?$")
 DJANGO_IMPORT = re.compile(r"^\s*(?:from|import)\s+django\b", re.MULTILINE)
@@ -520,9 +522,9 @@ class Servers:
     def url(self, block: Block) -> str:
         return self.base_url.rsplit("/", 1)[0] + f"/{block.number}"
 
-    def rewrite(self, text: str, block: Block) -> str:
-        text = LOCAL_URL.sub(self.url(block), text)
-        text = DEFAULT_CLIENT.sub(f"Redis.from_url({self.url(block)!r})", text)
+    def rewrite(self, text: str) -> str:
+        """A block's text with the Cluster and Sentinel addresses it shows made the suite's
+        (nothing else is rewritten: its Redis comes from ``ECHOMQ_REDIS_URL``)."""
         for placeholder, node in zip(CLUSTER_NODES, self.cluster):
             text = text.replace(placeholder, node.split("://")[1].split("/")[0])
         for name, (host, port) in zip(SENTINELS, self.sentinels):
@@ -554,6 +556,8 @@ def block_env(url: str, data_dir: Path, python: str, django: bool) -> dict[str, 
         and key not in ("ECHOMQ_REDIS_URL", "ECHOMQ_DATA_DIR", "ECHOMQ_DURABILITY", "PYTHONPATH")
     }
     paths = [str(PRELUDE), *([str(DJANGO_PROJECT)] if django else [])]
+    # A run against the source tree (PYTHONPATH=src) runs the blocks on it too.
+    paths += [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
     env |= {
         "ECHOMQ_REDIS_URL": url,
         "ECHOMQ_DOCS_TEST": "1",
@@ -640,7 +644,7 @@ def prepare_dir(block: Block, base: Path, servers: Servers, django: bool) -> tup
     for name, text in page_files(block):
         target = cwd / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(servers.rewrite(text, block), encoding="utf-8")
+        target.write_text(servers.rewrite(text), encoding="utf-8")
     return cwd, data_dir
 
 
@@ -707,10 +711,14 @@ def static_problems(blocks: list[Block], workdir: Path) -> dict[str, list[str]]:
 
 
 def default_server_problems(text: str) -> list[str]:
-    """After the rewrite, nothing may still point at port 6379: a server the suite did not
-    start (say ``redis://localhost:6379`` or ``Redis()``, which the test rewrites)."""
-    if re.search(r"(localhost|127\.0\.0\.1):6379|\bRedis\(\s*(host|port)\s*=", text):
-        return ["names a Redis on port 6379 that the test cannot point at its own server"]
+    """Nothing may point at port 6379 (``redis://localhost:6379``, ``Redis()``, ``Redis(host=
+    ...)``): nothing listens there for a reader who ran only "Try it", nor here."""
+    if re.search(r"(localhost|127\.0\.0\.1):6379|\bRedis\(\s*(\)|host\s*=|port\s*=)", text):
+        return [
+            'names a Redis on port 6379, where nothing listens for a reader of "Try it": '
+            "drop connection= (the connection rule finds Redis), or use "
+            "echomq.default_redis_url() for a client of your own"
+        ]
     return []
 
 
@@ -721,7 +729,7 @@ def run_python(block: Block, base: Path, servers: Servers, static: list[str]) ->
     if block.marker.skip:
         return Outcome(skip=block.marker.skip)
     source = python_source(block)
-    problems = default_server_problems(servers.rewrite(source, block))
+    problems = default_server_problems(servers.rewrite(source))
     if problems:
         return Outcome(problems)
     django = bool(DJANGO_IMPORT.search(source)) or "django" in block.marker.setups
@@ -731,7 +739,7 @@ def run_python(block: Block, base: Path, servers: Servers, static: list[str]) ->
     cwd, data_dir = prepare_dir(block, base, servers, django)
     name = block.marker.file or "block.py"
     (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-    (cwd / name).write_text(servers.rewrite(source, block), encoding="utf-8")
+    (cwd / name).write_text(servers.rewrite(source), encoding="utf-8")
     if TEST_FUNCTION.search(source):
         argv = [python, "-m", "pytest", name, "-q", "-p", "no:cacheprovider"]
         argv += ["-o", "asyncio_mode=auto"]
@@ -774,7 +782,7 @@ def run_shell(block: Block, base: Path, servers: Servers) -> Outcome:
     python = django_python() if django else sys.executable
     if python is None:
         return Outcome(skip="needs Django 6: no .venv-django/bin/python (nor ECHOMQ_DJANGO_PYTHON)")
-    script = servers.rewrite("\n".join(lines) + "\n", block)
+    script = servers.rewrite("\n".join(lines) + "\n")
     problems = default_server_problems(script)
     if problems:
         return Outcome(problems)

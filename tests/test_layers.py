@@ -163,6 +163,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "echomq.telemetry",
         ),
     ),
+    ("embedded", ("echomq.embedded",)),
     (
         "redis-wire",
         (
@@ -170,6 +171,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "echomq._redis.wire",
             "echomq._redis.fail_fast",
             "echomq._redis.topology",
+            "echomq._redis.urls",
             "echomq._redis.retry",
             "echomq._redis.restricted",
             "echomq._redis.sentinel_watch",
@@ -177,6 +179,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "echomq._redis.pools",
             "echomq._redis.variants",
             "echomq._redis.server_reports",
+            "echomq._redis.default",
         ),
     ),
     ("ops", ("echomq._ops.*",)),
@@ -209,7 +212,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tasks", ("echomq.tasks.*",)),
     ("worker", ("echomq.worker.*",)),
     ("package", ("echomq",)),
-    ("embedded", ("echomq.embedded",)),
     ("dashboard", ("echomq.dashboard.*",)),
     ("cli", ("echomq.cli.*",)),
     ("integrations", ("echomq.contrib.*", "echomq.testing.*")),

@@ -9,6 +9,7 @@ import json
 import types
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -36,9 +37,11 @@ class Summary(pydantic.BaseModel):
 
 
 @pytest.fixture(autouse=True)
-def no_default_connection(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each test starts without a default connection or ``ECHOMQ_REDIS_URL``."""
+def no_default_connection(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Each test starts without a default connection, ``ECHOMQ_REDIS_URL`` or a running
+    embedded Redis (an empty data directory of its own: never the developer's)."""
     monkeypatch.delenv("ECHOMQ_REDIS_URL", raising=False)
+    monkeypatch.setenv("ECHOMQ_DATA_DIR", str(tmp_path / "no-embedded-redis"))
     echomq.set_default_connection(None)
     yield
     echomq.set_default_connection(None)

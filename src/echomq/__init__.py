@@ -2,11 +2,14 @@
 
 The API here is async. ``echomq.sync`` (``import echomq.sync``) is its synchronous producer
 twin over a ``redis.Redis`` client, for Django, Flask and scripts: the same functions, a
-``Queue`` and a ``Job``, with no event loop inside.
+``Queue`` and a ``Job``, with no event loop inside. ``connection=`` is optional everywhere:
+the connection rule of :func:`set_default_connection` picks one (:func:`default_redis_url`
+says which URL).
 """
 
 from ._flow_job import FlowJob
 from ._ops.flows import ChildrenPage, Dependencies, DependencyCounts, DependencyPage
+from ._redis.default import default_redis_url, set_default_connection
 from .errors import (
     ActiveJobsError,
     BatchResultError,
@@ -140,7 +143,7 @@ from .queue import (
     trim_events,
 )
 from .schedulers import JobScheduler, Schedule, ScheduleDict, SchedulerTemplate
-from .tasks import Task, set_default_connection, task, tasks_by_queue
+from .tasks import Task, task, tasks_by_queue
 from .worker import BackoffStrategy, Processor, Worker
 
 __version__ = "0.1.0"
@@ -246,6 +249,7 @@ __all__ = [
     "clean",
     "client_from_url",
     "count",
+    "default_redis_url",
     "drain",
     "get_counts_per_priority",
     "get_deduplication_job_id",

@@ -69,7 +69,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from .errors import InvalidOptionError
 
-__all__ = ["every_next_ms", "next_cron_ms", "validate_cron"]
+__all__ = ["FORMS", "every_next_ms", "next_cron_ms", "validate_cron"]
 
 _SEC = 1000
 _MIN = 60 * _SEC
@@ -168,7 +168,24 @@ class _Spec:
     never: bool
 
 
-def _refuse(pattern: str, why: str) -> InvalidOptionError:
+#: What a cron pattern is, told by every refusal of something that is not one at all (and by
+#: the CLI's ``--cron`` help).
+FORMS = (
+    "5 fields (minute hour day-of-month month day-of-week) or 6 with seconds first, e.g. "
+    "'0 12 * * *' for every day at noon, or a shortcut such as @daily"
+)
+_FIELD_NAMES = ("second", "minute", "hour", "day of month", "month", "day of week")
+
+
+def _refuse(pattern: str, why: str, *, forms: bool = False) -> InvalidOptionError:
+    """The refusal of ``pattern``; with fewer than 5 fields it says how they were read (the
+    leading fields are left out), and with ``forms`` what a cron pattern is."""
+    count = len(_SPLIT.split(pattern.strip(_BLANKS))) if pattern.strip(_BLANKS) else 0
+    if 0 < count < 5 and pattern not in _PREDEFINED:
+        fields = "its one field is" if count == 1 else f"its {count} fields are"
+        why += f" ({fields} read as: {', '.join(_FIELD_NAMES[6 - count :])})"
+    if forms:
+        why += f"; a cron pattern is {FORMS}"
     return InvalidOptionError(f"cron pattern {pattern!r}: {why}")
 
 
@@ -211,13 +228,13 @@ def _field_values(field: _Field, text: str, pattern: str) -> list[int | str]:
                 raise _refuse(
                     pattern, f"{name!r} is a {kind} name; the {field.name} takes {own} names only"
                 )
-            raise _refuse(pattern, f"unknown name {name!r} in the {field.name}")
+            raise _refuse(pattern, f"unknown name {name!r} in the {field.name}", forms=True)
 
         text = _NAME.sub(alias, text)
     if "H" in text:
         raise _refuse(pattern, "hashed values (H) are not supported: BullMQ draws them at random")
     if not field.chars.fullmatch(text):
-        raise _refuse(pattern, f"invalid characters in the {field.name} field {text!r}")
+        raise _refuse(pattern, f"invalid characters in the {field.name} field {text!r}", forms=True)
     text = re.sub(r"[*?]", f"{field.lo}-{field.hi}", text)
     values: list[int | str] = []
     for atom, as_written in zip(text.split(","), written):
@@ -282,7 +299,9 @@ def _numbers(values: list[int | str]) -> list[int]:
 
 def _parse(pattern: str) -> _Spec:
     if not isinstance(pattern, str) or not pattern:
-        raise InvalidOptionError(f"cron pattern must be a non-empty string, got {pattern!r}")
+        raise InvalidOptionError(
+            f"cron pattern must be a non-empty string, got {pattern!r}; a cron pattern is {FORMS}"
+        )
     return _parse_text(pattern)
 
 
@@ -295,7 +314,7 @@ def _parse_text(pattern: str) -> _Spec:
         raise _refuse(pattern, "longer than 1024 characters")
     atoms = _SPLIT.split(expression.strip(_BLANKS))
     if len(atoms) > 6:
-        raise _refuse(pattern, "more than 6 fields")
+        raise _refuse(pattern, f"{len(atoms)} fields, more than 6", forms=True)
     atoms = ["0", "*", "*", "*", "*", "*"][: 6 - len(atoms)] + atoms
     raw_sec, raw_min, raw_hour, raw_dom, raw_month, raw_dow = atoms
 

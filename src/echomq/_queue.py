@@ -40,7 +40,7 @@ from ._ops.groups import GroupInfo
 from ._ops.replicated import NO_WAIT, ReplicaWait, check_replicated, replicated
 from ._ops.workers import WorkerInfo
 from ._redis import restricted
-from ._redis.connection import AsyncConn, AsyncConnection
+from ._redis.connection import AsyncConn, AsyncConnection, resolve_connection
 from ._redis.fail_fast import (
     DEFAULT_CONNECT_TIMEOUT,
     UNREACHABLE,
@@ -170,7 +170,8 @@ class Queue:
 
     Args:
         name: the queue name (no ``:``).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         default_job_options: options applied to every job added through this queue.
         connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
@@ -194,7 +195,7 @@ class Queue:
         self,
         name: str,
         *,
-        connection: AsyncConnection,
+        connection: AsyncConnection | None = None,
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptions | Mapping[str, Any] | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
@@ -206,8 +207,9 @@ class Queue:
         self._defaults = coerce_options(default_job_options)
         self._wait = ReplicaWait.build(wait_replicas, wait_timeout)
         self._telemetry = Telemetry.coerce(telemetry)
-        check_cluster_keys(connection, self._keys)
         budget = connect_budget(connect_timeout)
+        connection = resolve_connection(connection)
+        check_cluster_keys(connection, self._keys)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=budget)
         check_on_first_use(self._conn)
 

@@ -16,7 +16,11 @@ The frames above the user's processor are left out, as Celery and pytest hide th
 leading frames of echomq's package (the worker calling the processor, a pool child's loop) and
 of the standard library's asyncio, concurrent.futures and threading machinery that carries a
 sync processor to its thread. A traceback made only of such frames keeps its innermost one,
-where the error was raised.
+where the error was raised, unless that frame only handed over an error raised nowhere: a batch
+processor's result at a job's position is an exception the processor returned, often never
+raised, that the job's task raises from a future (:func:`hands_over` marks such frames). Such
+an exception has no traceback of its own, and shows none, as Python shows none for an
+exception never raised; the batcher adds a note naming the processor that returned it.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import CodeType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
@@ -54,6 +60,9 @@ _MACHINERY = (
     _package_dir(concurrent.futures.__file__),
     os.path.abspath(threading.__file__),
 )
+_ASYNCIO = _MACHINERY[1]
+#: Code of the frames that raise an error handed over by a future (see :func:`hands_over`).
+_HAND_OVERS: set[CodeType] = set()
 _is_machinery: dict[str, bool] = {}  # by code filename, as met
 _frame_texts: dict[tuple[CodeType, int], str] = {}  # by code and line, as met
 _REMEMBERED = 4096  # entries of each; generated code may bring new ones without end
@@ -68,9 +77,26 @@ def _machinery(filename: str) -> bool:
     return known
 
 
+def hands_over(func: _F) -> _F:
+    """Mark ``func`` as raising errors made elsewhere and handed to it by a future (a batch
+    job's task raising its result): a traceback that is machinery down to such a frame (and
+    the future's own asyncio frames) was raised nowhere, and :func:`format_failure` shows no
+    frame of it instead of the hand-over."""
+    _HAND_OVERS.add(func.__code__)
+    return func
+
+
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
-    """The first traceback entry that is not machinery (the innermost if all are)."""
-    while tb is not None and tb.tb_next is not None and _machinery(tb.tb_frame.f_code.co_filename):
+    """The first traceback entry that is not machinery; when all are, the innermost, or None
+    when the innermost ones only handed the error over (see :func:`hands_over`)."""
+    handed = False  # a hand-over frame, and only asyncio's frames after it
+    while tb is not None and _machinery(filename := tb.tb_frame.f_code.co_filename):
+        if tb.tb_frame.f_code in _HAND_OVERS:
+            handed = True
+        elif handed and not os.path.abspath(filename).startswith(_ASYNCIO):
+            handed = False
+        if tb.tb_next is None:
+            return None if handed else tb
         tb = tb.tb_next
     return tb
 
@@ -174,9 +200,10 @@ def stacktrace_limit(wire_options: Mapping[str, Any]) -> int | None:
 
 
 def _one(error: BaseException, out: list[str]) -> None:
-    if error.__traceback__ is not None:
+    shown = _user_frames(error.__traceback__)
+    if shown is not None:
         out.append(_HEADER)
-        _frames(_user_frames(error.__traceback__), out)
+        _frames(shown, out)
     _last_lines(error, out)
 
 

@@ -8,7 +8,7 @@ Tree::
     │   ├── InvalidJobIdError
     │   ├── InvalidOptionError
     │   └── PayloadError                          not JSON-serialisable, or over size_limit
-    ├── ConnectionNotOpenError                    a job or queue used after its connection closed
+    ├── ConnectionNotOpenError                    no connection given or found, or it was closed
     ├── RedisUnavailableError                     Redis not reached in time (also redis's
     │   │                                         ConnectionError)
     │   └── RedisRefusedError                     Redis refused the call for now (BUSY, LOADING,
@@ -84,7 +84,9 @@ class PayloadError(ValidationError):
 
 
 class ConnectionNotOpenError(EchoMQError):
-    """The connection an object was bound to has been closed."""
+    """No connection: none was given and the connection rule found none (no default, no
+    ``ECHOMQ_REDIS_URL``, no running embedded Redis), or the one an object was bound to has
+    been closed."""
 
 
 class RedisUnavailableError(EchoMQError, redis.exceptions.ConnectionError):

@@ -60,7 +60,7 @@ from ._event_types import (
 )
 from ._keys import queue_keys
 from ._ops import publish_event, to_str
-from ._redis.connection import AsyncConn, AsyncConnection
+from ._redis.connection import AsyncConn, AsyncConnection, resolve_connection
 from ._redis.retry import TRANSIENT, RetryBackoff
 from ._redis.wire import Channel, open_channel, send
 from .errors import (
@@ -172,7 +172,8 @@ class QueueEvents:
     Args:
         queue: the queue name.
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). Its
-            settings are used for one more connection, the blocking reader.
+            settings are used for one more connection, the blocking reader. None (default): the
+            connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         last_event_id: where to start: ``"$"`` (only new events), ``"0"`` (the whole stream
             as trimmed), or an entry id (the events after it).
@@ -187,7 +188,7 @@ class QueueEvents:
         self,
         queue: str,
         *,
-        connection: AsyncConnection,
+        connection: AsyncConnection | None = None,
         prefix: str = DEFAULT_PREFIX,
         last_event_id: str = "$",
         block: Duration = 10.0,
@@ -205,7 +206,7 @@ class QueueEvents:
                     f" got {last_event_id!r}"
                 ) from None
         self._block_ms = max(1, round(block_s * 1000))
-        self._conn = AsyncConn(connection)
+        self._conn = AsyncConn(resolve_connection(connection))
         self._last_id = last_event_id
         self._reader: redis.asyncio.Redis | None = None
         self._reader_channel: Channel | None = None  # XREAD on the reader's own connection
@@ -503,7 +504,8 @@ class QueueEventsProducer:
     Args:
         queue: the queue name.
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened here, closed by
-            :meth:`aclose`).
+            :meth:`aclose`). None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -511,10 +513,10 @@ class QueueEventsProducer:
     """
 
     def __init__(
-        self, queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+        self, queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
     ) -> None:
         self._keys = queue_keys(queue, prefix)
-        self._conn = AsyncConn(connection)
+        self._conn = AsyncConn(resolve_connection(connection))
 
     @property
     def name(self) -> str:

@@ -24,7 +24,7 @@ from ._keys import queue_keys
 from ._ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
 from ._ops.replicated import ReplicaWait, check_replicated
 from ._queue import Acked, _added, _run_add
-from ._redis.connection import AsyncConn, AsyncConnection
+from ._redis.connection import AsyncConn, AsyncConnection, resolve_connection
 from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
 from ._redis.server_checks import check_on_first_use
 from ._redis.topology import check_cluster_flow
@@ -49,7 +49,8 @@ class FlowProducer:
     if it opened it from a URL; a client you pass is never closed.
 
     Args:
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix of nodes that do not set their own.
         connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
             before :class:`~echomq.RedisUnavailableError`.
@@ -58,7 +59,7 @@ class FlowProducer:
     def __init__(
         self,
         *,
-        connection: AsyncConnection,
+        connection: AsyncConnection | None = None,
         prefix: str = DEFAULT_PREFIX,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
@@ -66,7 +67,9 @@ class FlowProducer:
             raise ValidationError(f"prefix must be a non-empty str, got {prefix!r}")
         self._prefix = prefix
         budget = connect_budget(connect_timeout)
-        self._conn = AsyncConn(connection, pipelined=True, connect_timeout=budget)
+        self._conn = AsyncConn(
+            resolve_connection(connection), pipelined=True, connect_timeout=budget
+        )
         check_on_first_use(self._conn)
 
     @property

@@ -5,6 +5,12 @@ connection=redis)`` writes the job with one script call and keeps nothing in mem
 (defined in ``_queue``, re-exported here) only remembers a name, a prefix, a connection and
 default job options.
 
+``connection`` is optional everywhere: without it a call uses the connection rule
+(``_redis.default``): the connection given to :func:`echomq.set_default_connection`, else
+``$ECHOMQ_REDIS_URL``, else the embedded Redis if it is running (said once on stderr), else
+:class:`~echomq.ConnectionNotOpenError`. A URL found that way is opened and closed like one
+passed in.
+
 ``scripts/unasync.py`` generates ``echomq/sync/_api.py`` (the blocking functions of
 ``echomq.sync``) from ``echomq/queue.py``, the one definition of both: edit the latter.
 """
@@ -33,7 +39,12 @@ from ._ops.replicated import ReplicaWait
 from ._ops.workers import WorkerInfo as WorkerInfo
 from ._queue import Queue as Queue
 from ._queue import _add, _add_bulk, _get_group_jobs, _get_job, _get_jobs, _get_workers, _resume
-from ._redis.connection import AsyncConn, AsyncConnection, async_client_from_url
+from ._redis.connection import (
+    AsyncConn,
+    AsyncConnection,
+    async_client_from_url,
+    resolve_connection,
+)
 from ._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT
 from ._redis.server_checks import check_on_first_use
 from .errors import ReplicationError
@@ -49,7 +60,7 @@ async def add(
     name: str,
     data: Any = UNSET,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
     wait_replicas: int = 0,
     wait_timeout: Duration = 1.0,
@@ -61,8 +72,9 @@ async def add(
         queue: the queue name (no ``:``).
         name: the job name, given to the processor.
         data: the payload; any JSON-serialisable value (``{}`` when omitted, as in Node).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here, with
-            a 1 s connect timeout; :func:`client_from_url` makes a client with another).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here, with a 1 s
+            connect timeout; :func:`client_from_url` makes a client with another). None (default):
+            the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix (``bull`` is BullMQ's default).
         wait_replicas: after the add, wait until this many replicas have it (Redis ``WAIT``
             on the connection that wrote it; on a Cluster, the primary of the queue's slot);
@@ -76,6 +88,8 @@ async def add(
     Raises:
         ValidationError: bad name, id, option, payload, ``wait_replicas`` or
             ``wait_timeout``; nothing was written.
+        ConnectionNotOpenError: no ``connection`` given and none found by the connection
+            rule (the message says how to give one); nothing was written.
         RedisUnavailableError: Redis could not be reached or did not answer (the message
             names the server).
         ReplicationError: the job was added on the primary, but fewer than ``wait_replicas``
@@ -92,7 +106,7 @@ async def add_bulk(
     queue: str,
     jobs: Iterable[BulkItem],
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
     wait_replicas: int = 0,
     wait_timeout: Duration = 1.0,
@@ -103,7 +117,8 @@ async def add_bulk(
         queue: the queue name.
         jobs: items ``(name, data)`` or ``(name, data, options)``; options are a
             :class:`~echomq.JobOptions` or a mapping of option keywords.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         wait_replicas: after the MULTI/EXEC, wait until this many replicas have it (one
             Redis ``WAIT`` for the whole batch); 0 (default) waits for none.
@@ -115,6 +130,8 @@ async def add_bulk(
     Raises:
         ValidationError: any item, ``wait_replicas`` or ``wait_timeout`` is invalid; nothing
             was written.
+        ConnectionNotOpenError: no ``connection`` given and none found by the connection
+            rule; nothing was written.
         RedisUnavailableError: Redis could not be reached or did not answer.
         ReplicationError: the jobs were added on the primary, but fewer than
             ``wait_replicas`` replicas acknowledged them within ``wait_timeout``; the error's
@@ -131,7 +148,7 @@ async def get_job(
     queue: str,
     job_id: str,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Job | None:
     """Read one job, or None when it does not exist.
@@ -139,9 +156,10 @@ async def get_job(
     Args:
         queue: the queue name.
         job_id: the job.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
-            job's fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`;
-            read it through a ``Queue`` to call them).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the job's
+            fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`; read it
+            through a ``Queue`` to call them). None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     keys = queue_keys(queue, prefix)
@@ -184,15 +202,15 @@ def client_from_url(
 
 
 @contextlib.asynccontextmanager
-async def _connected(connection: AsyncConnection) -> AsyncIterator[AsyncConn]:
-    """The connection for one module-level call; a client opened from a URL (with the default
-    ``connect_timeout``) is closed on exit. The first call to a server in this process that
-    succeeds checks it (``_redis.server_checks``).
+async def _connected(connection: AsyncConnection | None) -> AsyncIterator[AsyncConn]:
+    """The connection for one module-level call (None: the one the connection rule picks);
+    a client opened from a URL (with the default ``connect_timeout``) is closed on exit. The
+    first call to a server in this process that succeeds checks it (``_redis.server_checks``).
 
     A client the caller passed stays usable, so jobs returned through it keep working. The
     jobs a :class:`~echomq.ReplicationError` carries are detached like returned ones.
     """
-    conn = AsyncConn(connection, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    conn = AsyncConn(resolve_connection(connection), connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     check_on_first_use(conn)
     try:
         yield conn
@@ -214,12 +232,12 @@ def _detached(conn: AsyncConn, job: Job) -> Job:
     return job
 
 
-async def _run(connection: AsyncConnection, op: ops.Op[T]) -> T:
+async def _run(connection: AsyncConnection | None, op: ops.Op[T]) -> T:
     async with _connected(connection) as conn:
         return await conn.run(op)
 
 
-async def _run_plan(connection: AsyncConnection, plan: ops.Plan[T]) -> T:
+async def _run_plan(connection: AsyncConnection | None, plan: ops.Plan[T]) -> T:
     async with _connected(connection) as conn:
         return await conn.run_plan(plan)
 
@@ -228,7 +246,7 @@ async def get_state(
     queue: str,
     job_id: str,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> JobState:
     """The state a job is in (``JobState.UNKNOWN`` when no state holds it).
@@ -236,7 +254,8 @@ async def get_state(
     Args:
         queue: the queue name.
         job_id: the job.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     state = await _run(connection, ops.get_state(queue_keys(queue, prefix), job_id))
@@ -250,7 +269,7 @@ async def get_jobs(
     end: int = -1,
     asc: bool = False,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Read the jobs in some states, newest first unless ``asc``.
@@ -266,9 +285,10 @@ async def get_jobs(
         start: first index of each state's slice.
         end: last index (``-1``: to the end).
         asc: oldest first.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
-            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`; read them
-            through a ``Queue`` to call them).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the jobs'
+            methods then raise :class:`~echomq.ConnectionNotOpenError`; read them through a
+            ``Queue`` to call them). None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -283,7 +303,7 @@ async def get_jobs(
 async def get_job_counts(
     queue: str,
     *states: str,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, int]:
     """How many jobs each state holds.
@@ -293,7 +313,8 @@ async def get_job_counts(
         *states: state names (see :func:`get_jobs`); none given means ``active``, ``completed``,
             ``delayed``, ``failed``, ``prioritized``, ``waiting``, ``waiting-children``.
             ``waiting`` counts the ``wait`` list; ``paused`` the legacy v5 list.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -303,7 +324,9 @@ async def get_job_counts(
     return await _run(connection, ops.get_counts(queue_keys(queue, prefix), types))
 
 
-async def count(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> int:
+async def count(
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> int:
     """How many jobs have not started yet: waiting, delayed, prioritized and waiting-children."""
     counts = await _run(connection, ops.get_counts(queue_keys(queue, prefix), ops.PENDING_TYPES))
     return sum(counts.values())
@@ -316,7 +339,7 @@ async def get_job_logs(
     end: int = -1,
     asc: bool = True,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> tuple[list[str], int]:
     """A slice of a job's log lines and the total number of lines.
@@ -327,7 +350,8 @@ async def get_job_logs(
         start: first index (of the oldest-first order with ``asc``, else newest-first).
         end: last index (``-1``: to the end).
         asc: oldest line first.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     op = ops.get_logs(queue_keys(queue, prefix), job_id, start, end, asc)
@@ -340,7 +364,7 @@ async def get_metrics(
     start: int = 0,
     end: int = -1,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Metrics:
     """The per-minute metrics workers with ``metrics_max_data_points`` write (as BullMQ's
@@ -351,20 +375,23 @@ async def get_metrics(
         kind: ``"completed"`` or ``"failed"``.
         start: first data point (0 = the most recent minute).
         end: last data point (``-1``: to the oldest).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     return await _run(connection, ops.get_metrics(queue_keys(queue, prefix), kind, start, end))
 
 
 async def is_paused(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Whether the queue is globally paused."""
     return await _run(connection, ops.is_paused(queue_keys(queue, prefix)))
 
 
-async def pause(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+async def pause(
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> None:
     """Pause the queue: workers stop taking jobs; jobs stay where they are.
 
     Emits a ``paused`` event. Jobs added meanwhile wait for :func:`resume`.
@@ -372,7 +399,9 @@ async def pause(queue: str, *, connection: AsyncConnection, prefix: str = DEFAUL
     await _run(connection, ops.pause_queue(queue_keys(queue, prefix), True))
 
 
-async def resume(queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+async def resume(
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> None:
     """Resume a paused queue and wake its workers; emits a ``resumed`` event.
 
     Jobs a BullMQ v5 producer left in the legacy ``paused`` list are moved to ``wait``.
@@ -383,7 +412,7 @@ async def resume(queue: str, *, connection: AsyncConnection, prefix: str = DEFAU
 
 
 async def get_workers(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> list[WorkerInfo]:
     """This queue's live workers: echomq's worker registry, then BullMQ's from ``CLIENT LIST``.
 
@@ -408,7 +437,7 @@ async def trim_events(
     queue: str,
     max_len: int,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Trim the events stream to about ``max_len`` entries; returns how many were deleted."""
@@ -423,7 +452,7 @@ async def remove(
     job_id: str,
     *,
     remove_children: bool = True,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Delete one job from whatever state holds it, with its logs and dependency keys.
@@ -437,7 +466,8 @@ async def remove(
         job_id: the job.
         remove_children: also remove every child recorded on the job (processed, failed,
             ignored or pending), recursively and in any queue.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -457,7 +487,7 @@ async def get_deduplication_job_id(
     queue: str,
     dedup_id: str,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> str | None:
     """The id of the job that owns deduplication window ``dedup_id`` (the ``deduplication``
@@ -466,7 +496,8 @@ async def get_deduplication_job_id(
     Args:
         queue: the queue name.
         dedup_id: the deduplication id.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -479,7 +510,7 @@ async def remove_deduplication_key(
     queue: str,
     dedup_id: str,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Close deduplication window ``dedup_id`` now, whichever job owns it: the next add with
@@ -488,7 +519,8 @@ async def remove_deduplication_key(
     Args:
         queue: the queue name.
         dedup_id: the deduplication id.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -504,7 +536,7 @@ async def drain(
     queue: str,
     *,
     delayed: bool = False,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete every job waiting to run: ``wait`` and ``prioritized`` (and ``delayed`` if asked).
@@ -517,7 +549,8 @@ async def drain(
     Args:
         queue: the queue name.
         delayed: also delete delayed jobs.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     await _run_plan(connection, ops.drain_plan(queue_keys(queue, prefix), delayed=delayed))
@@ -529,7 +562,7 @@ async def clean(
     limit: int = 0,
     state: str = "completed",
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[str]:
     """Delete the jobs of one state that are older than ``grace``.
@@ -546,7 +579,8 @@ async def clean(
         limit: the most jobs to delete; 0 for no limit.
         state: ``completed``, ``failed``, ``wait`` (or ``waiting``), ``active``, ``paused``,
             ``prioritized`` or ``delayed``.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -564,7 +598,7 @@ async def obliterate(
     queue: str,
     *,
     force: bool = False,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete a whole queue: its jobs, schedulers, events, counters and metadata.
@@ -576,7 +610,8 @@ async def obliterate(
     Args:
         queue: the queue name.
         force: also delete active jobs (their workers will fail to finish them).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -592,7 +627,7 @@ async def retry_jobs(
     count: int = ops.admin.BATCH,
     timestamp: datetime | float | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move failed (or completed) jobs that finished at or before ``timestamp`` back to ``wait``.
@@ -605,7 +640,8 @@ async def retry_jobs(
         state: ``failed`` or ``completed``.
         count: jobs moved per script call.
         timestamp: a datetime or epoch seconds; default now.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -620,7 +656,7 @@ async def promote_jobs(
     queue: str,
     count: int = ops.admin.BATCH,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move every delayed job to ``wait`` now (priority ignored), ``count`` per script call.
@@ -637,7 +673,11 @@ async def promote_jobs(
 
 
 async def set_global_concurrency(
-    queue: str, concurrency: int, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    concurrency: int,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let at most ``concurrency`` jobs of the queue be active at once, across all workers.
 
@@ -649,7 +689,8 @@ async def set_global_concurrency(
     Args:
         queue: the queue name.
         concurrency: an int >= 1.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -659,14 +700,14 @@ async def set_global_concurrency(
 
 
 async def get_global_concurrency(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> int | None:
     """The queue's global concurrency, or None when none is set."""
     return await _run(connection, ops.get_global_concurrency(queue_keys(queue, prefix)))
 
 
 async def remove_global_concurrency(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Remove the queue's global concurrency; True if one was set.
 
@@ -680,7 +721,7 @@ async def set_global_rate_limit(
     max: int,
     duration: Duration,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let the queue's workers start at most ``max`` jobs per ``duration``, all together.
@@ -694,7 +735,8 @@ async def set_global_rate_limit(
         queue: the queue name.
         max: jobs per window, an int >= 1.
         duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -706,7 +748,7 @@ async def set_global_rate_limit(
 
 
 async def get_global_rate_limit(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> RateLimit | None:
     """The queue's global rate limit (``RateLimit(max, duration)``, duration in seconds), or
     None unless both of its fields are set."""
@@ -714,7 +756,7 @@ async def get_global_rate_limit(
 
 
 async def remove_global_rate_limit(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Remove the queue's global rate limit; True if it was set.
 
@@ -725,7 +767,11 @@ async def remove_global_rate_limit(
 
 
 async def rate_limit(
-    queue: str, duration: Duration, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    duration: Duration,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Stop the queue's rate-limited workers from taking jobs for ``duration``.
 
@@ -737,7 +783,8 @@ async def rate_limit(
     Args:
         queue: the queue name.
         duration: seconds or a timedelta (> 0; rounded to whole milliseconds).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -750,7 +797,7 @@ async def get_rate_limit_ttl(
     queue: str,
     max_jobs: int | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> float:
     """Seconds until the queue's rate limit lifts, 0.0 when it is not rate limited.
@@ -764,7 +811,8 @@ async def get_rate_limit_ttl(
         queue: the queue name.
         max_jobs: the limit to test the current count against (an int >= 1), e.g. a worker's
             ``limiter.max``.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -774,7 +822,7 @@ async def get_rate_limit_ttl(
 
 
 async def remove_rate_limit_key(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Delete the queue's limiter key (the current window's count, or a manual rate limit), so
     workers may take jobs at once; True if it existed."""
@@ -782,7 +830,7 @@ async def remove_rate_limit_key(
 
 
 async def is_maxed(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Whether a global concurrency is set and the queue's active jobs have reached it."""
     return await _run(connection, ops.is_maxed(queue_keys(queue, prefix)))
@@ -792,7 +840,7 @@ async def get_counts_per_priority(
     queue: str,
     priorities: Iterable[int],
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[int, int]:
     """How many jobs wait at each of ``priorities``.
@@ -803,7 +851,8 @@ async def get_counts_per_priority(
     Args:
         queue: the queue name.
         priorities: ints between 0 and 2**21 - 1; repeats are counted once.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL.
+        connection: a ``redis.asyncio.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -817,7 +866,7 @@ async def get_counts_per_priority(
 
 
 async def get_meta(
-    queue: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: AsyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> QueueMeta:
     """The queue's settings from its meta hash (BullMQ's ``getMeta``): paused, global
     concurrency, global rate limit, events stream length and the BullMQ version that last
@@ -836,7 +885,7 @@ async def set_group_concurrency(
     concurrency: int,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let each group run at most ``concurrency`` jobs at once, across all workers.
@@ -852,7 +901,8 @@ async def set_group_concurrency(
         concurrency: an int >= 1.
         group: a group id (a non-empty str of at most 256 characters), or None for every
             group's default.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -868,7 +918,7 @@ async def get_group_concurrency(
     queue: str,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> int | None:
     """The default group concurrency (``group`` None), or ``group``'s own; None when it is not
@@ -884,7 +934,7 @@ async def remove_group_concurrency(
     queue: str,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Remove the default group concurrency (``group`` None), or ``group``'s own (it then
@@ -904,7 +954,7 @@ async def set_group_rate_limit(
     duration: Duration,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let each group start (and end) at most ``max`` jobs per ``duration``, all workers
@@ -922,7 +972,8 @@ async def set_group_rate_limit(
         max: jobs per window, an int >= 1.
         duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
         group: a group id, or None for every group's default.
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -938,7 +989,7 @@ async def get_group_rate_limit(
     queue: str,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> RateLimit | None:
     """The default group rate limit (``group`` None), or ``group``'s own, as
@@ -954,7 +1005,7 @@ async def remove_group_rate_limit(
     queue: str,
     group: str | None = None,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Remove the default group rate limit (``group`` None), or ``group``'s own; True if it
@@ -969,7 +1020,11 @@ async def remove_group_rate_limit(
 
 
 async def pause_group(
-    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Pause one group: workers take none of its jobs until :func:`resume_group`; its jobs stay
     where they are, its active ones run to their end, jobs added to it wait, and the other
@@ -982,7 +1037,11 @@ async def pause_group(
 
 
 async def resume_group(
-    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Resume a paused group: if it has waiting jobs and its limits allow, it rejoins the
     rotation in the same call and idle workers are woken. Resuming a group that is not paused
@@ -999,7 +1058,7 @@ async def get_groups(
     start: int = 0,
     end: int = -1,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[GroupInfo]:
     """The queue's groups that have waiting or active jobs, most waiting jobs first.
@@ -1008,7 +1067,8 @@ async def get_groups(
         queue: the queue name.
         start: first index of that order.
         end: last index (inclusive; ``-1``: to the end).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -1022,7 +1082,11 @@ async def get_groups(
 
 
 async def get_group_job_counts(
-    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, int]:
     """How many jobs one group has ``waiting``, ``active`` and ``delayed``.
 
@@ -1044,7 +1108,7 @@ async def get_group_jobs(
     start: int = 0,
     end: int = -1,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """One group's waiting jobs in the order its turns will take them (priority, then first
@@ -1055,8 +1119,9 @@ async def get_group_jobs(
         group: the group id.
         start: first index.
         end: last index (inclusive; ``-1``: to the end).
-        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the
-            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`).
+        connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed here: the jobs'
+            methods then raise :class:`~echomq.ConnectionNotOpenError`). None (default): the
+            connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -1070,7 +1135,11 @@ async def get_group_jobs(
 
 
 async def remove_group_jobs(
-    queue: str, group: str, *, connection: AsyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: AsyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Delete one group's waiting jobs, with their logs; its active and delayed jobs stay, and
     so do the current iterations of job schedulers (as :func:`drain` keeps them).

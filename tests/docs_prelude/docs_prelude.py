@@ -25,8 +25,8 @@ blocks and blocks with setups (other blocks run as ``python FILE``):
   as ``python -m asyncio`` would. A SIGTERM (the test's ``stop=``) cancels it as Ctrl-C would,
   and that ends the run with exit code 0.
 
-Every block finds its Redis in ``ECHOMQ_REDIS_URL`` (the test also rewrites the docs'
-``redis://localhost:6379`` to it).
+Every block finds its Redis in ``ECHOMQ_REDIS_URL``, by echomq's connection rule, as a
+reader's program does (its text is not rewritten).
 """
 
 from __future__ import annotations

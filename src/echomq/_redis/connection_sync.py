@@ -3,7 +3,8 @@
 # file is stale).
 """Who owns a Redis client: the caller (never closed by us) or echomq (opened from a URL).
 
-Nothing connects here: redis-py clients connect lazily on their first command. A client opened
+Nothing connects here: redis-py clients connect lazily on their first command. An entry point
+given no connection takes the one :func:`resolve_connection` picks (``default``). A client opened
 from a URL is made by :func:`sync_client_from_url` (its connections fail fast when the owner
 gives a connect budget, ``fail_fast``; a Sentinel or Cluster URL, ``topology``, gives redis-py's
 own clients for them). An :class:`SyncConn` runs ops (``run``) on its client and, for
@@ -30,9 +31,8 @@ import redis.sentinel
 from .._ops._base import Op, Plan
 from ..errors import ConnectionNotOpenError, ValidationError
 from ..options import Duration
-from . import topology
+from . import default, topology
 from .fail_fast import (
-    check_url,
     connect_budget,
     fail_fast_class,
     fail_fast_options,
@@ -41,12 +41,26 @@ from .fail_fast import (
     url_address,
 )
 from .run_sync import run_op, run_plan
+from .urls import check_url
 from .wire import Channel
 
 T = TypeVar("T")
 
 #: What ``connection=`` accepts.
 SyncConnection = redis.Redis | redis.cluster.RedisCluster | str
+
+
+def resolve_connection(connection: SyncConnection | None) -> SyncConnection:
+    """``connection``, or when None the one the connection rule picks for this API
+    (``_redis.default``: the default set, ``$ECHOMQ_REDIS_URL``, a running embedded Redis).
+
+    Raises:
+        ConnectionNotOpenError: None given and no connection anywhere, or a default client
+            of the other API's kind.
+    """
+    if connection is not None:
+        return connection
+    return cast(SyncConnection, default.pick(is_async=False))
 
 
 def sync_client_from_url(url: str, connect_timeout: Duration | None, **options: Any) -> redis.Redis:

@@ -51,23 +51,6 @@ from .retry import TRANSIENT, Outage, classify, refused_reply
 #: Seconds a producer's URL-made connection has to connect (TCP plus handshake).
 DEFAULT_CONNECT_TIMEOUT = 1.0
 
-_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def check_url(url: str) -> None:
-    """Refuse a URL no client would open: redis-py's three schemes, or a Sentinel or Cluster
-    URL (``topology``), which is parsed here so that a malformed one is refused at once."""
-    if topology.is_topology_url(url):
-        topology.parse(url)
-        return
-    if not url.startswith(_SCHEMES):
-        raise ValidationError(
-            f"connection URL {url!r} must start with redis://, rediss:// or unix:// (one "
-            "node), redis+sentinel:// or rediss+sentinel:// (Sentinel), redis+cluster:// or "
-            "rediss+cluster:// (Cluster)"
-        )
-
-
 # -- addresses, for messages and for the per-server checks -----------------------------------
 
 
@@ -106,7 +89,7 @@ def url_address(url: str) -> str:
         return parts.path
     try:
         port = parts.port or 6379
-    except ValueError:  # a malformed port: redis-py refuses the URL at the first call
+    except ValueError:  # a malformed port: urls.check_url refuses it before a client is made
         port = 6379
     return f"{parts.hostname or 'localhost'}:{port}"
 

@@ -1,12 +1,13 @@
-"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``metrics``, ``dashboard``, ``add``,
-``scheduler``, ``demo`` and ``server``, a thin layer over the public API.
+"""The ``echomq`` command: ``worker``, ``queue``, ``queues``, ``workers``, ``metrics``,
+``dashboard``, ``add``, ``scheduler``, ``demo`` and ``server``, a thin layer over the public API.
 
 This package is the only code in echomq that configures logging, installs signal handlers or
 prints. Every subcommand finds Redis the same way (``--url``, ``$ECHOMQ_REDIS_URL``, else the
 embedded server; see :mod:`echomq.cli._connect`).
 
 Modules: one per subcommand, ``_worker``, ``_queue`` (with ``_flow`` for its flow output and
-``_limits`` for its ``limits`` action), ``_queues``, ``_metrics``, ``_dashboard``, ``_add``,
+``_limits`` for its ``limits`` action), ``_queues``, ``_workers`` (also the worker columns
+``queue NAME workers`` prints), ``_metrics``, ``_dashboard``, ``_add``,
 ``_scheduler``, ``_demo`` and ``_server``; and the shared parts, ``_connect`` (which Redis, the
 connection options), ``_actions`` (the ``NAME ACTION`` commands, ``queue`` and ``scheduler``),
 ``_errors`` (``CliError`` and the exit codes), ``_format`` (tables, times, JSON for output),
@@ -30,7 +31,18 @@ import redis.exceptions
 
 from .. import __version__
 from ..errors import EchoMQError, ValidationError
-from . import _add, _dashboard, _demo, _metrics, _queue, _queues, _scheduler, _server, _worker
+from . import (
+    _add,
+    _dashboard,
+    _demo,
+    _metrics,
+    _queue,
+    _queues,
+    _scheduler,
+    _server,
+    _worker,
+    _workers,
+)
 from ._connect import connection_options, fill_defaults
 from ._errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_USAGE, CliError
 
@@ -50,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _worker.add_parser(subparsers, parents)
     _queue.add_parser(subparsers, parents)
     _queues.add_parser(subparsers, parents)
+    _workers.add_parser(subparsers, parents)
     _metrics.add_parser(subparsers, parents)
     _dashboard.add_parser(subparsers, parents)
     _add.add_parser(subparsers, parents)

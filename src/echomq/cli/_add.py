@@ -1,9 +1,10 @@
-"""``echomq add QUEUE NAME --data JSON [options]``: add one job from the shell.
+"""``echomq add QUEUE NAME [--data JSON] [options]``: add one job from the shell.
 
 The queue name, the prefix and the payload are parsed and the options are checked before
 anything is started or written: a bad name, bad JSON or a bad option exits with code 2 and
 leaves Redis untouched (and the embedded server not started). The job id is printed on
-stdout, alone on its line, so ``id=$(echomq add ...)`` works.
+stdout, alone on its line, so ``id=$(echomq add ...)`` works. Without ``--data`` the payload is
+``{}``, as ``echomq.add`` defaults it.
 
 ``--wait-replicas N`` waits after the add until N replicas have it (Redis ``WAIT``, up to
 ``--wait-timeout`` seconds); when fewer acknowledge, the id is still printed (the job exists on
@@ -35,12 +36,16 @@ def add_parser(
         "add",
         parents=parents,
         help="add a job to a queue",
-        description="Add the job NAME with the JSON payload --data to QUEUE and print its id.",
+        description="Add the job NAME with the JSON payload --data (default {}) to QUEUE and "
+        "print its id.",
     )
     parser.add_argument("queue", metavar="QUEUE", help="the queue name")
     parser.add_argument("name", metavar="NAME", help="the job name, given to the processor")
     parser.add_argument(
-        "--data", required=True, metavar="JSON", help='the payload as JSON, e.g. \'{"to": "ada"}\''
+        "--data",
+        default="{}",
+        metavar="JSON",
+        help='the payload as JSON, e.g. \'{"to": "ada"}\' (default {})',
     )
     parser.add_argument("--delay", type=float, metavar="S", help="run no sooner than S seconds")
     parser.add_argument("--priority", type=int, metavar="N", help="priority (1 is the highest)")

@@ -17,7 +17,10 @@ line pointing there.
 
 Every command checks its queue names and ``--prefix`` (:func:`check_names`) and whatever else
 it can check offline before it calls :func:`resolve`, so a refused argument never starts the
-embedded server or touches Redis.
+embedded server or touches Redis. :func:`resolve` itself checks the URL first, with the library's
+one check (``echomq._redis.urls.check_url``): a malformed ``--url`` or ``$ECHOMQ_REDIS_URL``
+(a port that is not a number, a database that is not one, no scheme) is a one-line error with
+exit code 2, and an empty ``--url`` is refused rather than read as "not given".
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ import redis.exceptions
 
 from .._keys import queue_keys, validate_queue_name
 from .._redis.fail_fast import redact_url
+from .._redis.urls import check_url
 from ..embedded import DURABILITIES, DURABILITY_ENV, ensure_embedded_server, resolve_durability
-from ..errors import EmbeddedRedisError, InvalidQueueNameError
+from ..errors import EmbeddedRedisError, InvalidQueueNameError, ValidationError
 from ..protocol.keys import DEFAULT_PREFIX
 from ._errors import EXIT_USAGE, CliError
 
@@ -70,8 +74,9 @@ def connection_options(durability_help: str = _DURABILITY_POINTER) -> argparse.A
     group.add_argument(
         "--url",
         default=argparse.SUPPRESS,
-        help=f"Redis URL (redis://, rediss:// or unix://); default ${URL_ENV}, "
-        "else a private embedded Redis",
+        help="Redis URL (redis://[[user]:password@]host[:port][/db], rediss:// for TLS, "
+        "unix:///path/to/redis.sock[?db=N], redis+sentinel:// or redis+cluster://); "
+        f"default ${URL_ENV}, else a private embedded Redis",
     )
     group.add_argument(
         "--prefix",
@@ -134,7 +139,8 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
         durability: the ``--durability`` option, for the embedded server.
 
     Raises:
-        CliError: no URL was given and the embedded server cannot run (exit code 2).
+        CliError: the URL given is malformed or empty, or no URL was given and the embedded
+            server cannot run (exit code 2).
         ValidationError: ``$ECHOMQ_DURABILITY`` holds an unknown policy (exit code 2).
     """
     return resolve(url, durability).url
@@ -142,8 +148,8 @@ def resolve_url(url: str | None, durability: str | None = None) -> str:
 
 def resolve(url: str | None, durability: str | None = None) -> Target:
     """As :func:`resolve_url`, also saying whether the URL is the embedded server's."""
-    given = url or os.environ.get(URL_ENV)
-    if given:
+    given = given_url(url)
+    if given is not None:
         if durability is not None:
             print(
                 "note: --durability applies only to the embedded Redis; "
@@ -167,26 +173,62 @@ def resolve(url: str | None, durability: str | None = None) -> Target:
     return Target(embedded, embedded=True)
 
 
+def given_url(url: str | None) -> str | None:
+    """The URL of ``--url``, else of ``$ECHOMQ_REDIS_URL`` (unset or empty: None), checked.
+
+    Raises:
+        CliError: ``--url`` is empty, or the URL is malformed (exit code 2); the message says
+            which of the two gave it.
+    """
+    source = "--url"
+    if url == "":
+        raise CliError(
+            "--url is empty: give a Redis URL such as redis://localhost:6379/0, or leave --url "
+            f"out to use ${URL_ENV} or the embedded Redis",
+            EXIT_USAGE,
+        )
+    if url is None:
+        url, source = os.environ.get(URL_ENV) or None, f"${URL_ENV}"
+    if url is None:
+        return None
+    try:
+        check_url(url)
+    except ValidationError as exc:
+        raise CliError(f"{source}: {exc}", EXIT_USAGE) from None
+    return url
+
+
+def missing_queues(target: Target, queues: list[str], prefix: str) -> list[str]:
+    """On the embedded server, those of ``queues`` it holds no key of (elsewhere, or when the
+    server cannot be asked: none; the command itself reports an unreachable server)."""
+    if not target.embedded or not queues:
+        return []
+    client = redis.Redis.from_url(target.url, socket_timeout=5.0)
+    try:
+        missing = []
+        for queue in queues:
+            keys = queue_keys(queue, prefix)
+            probe = [keys.meta, keys.id, keys.events, keys.wait, keys.paused, keys.active]
+            probe += [keys.prioritized, keys.delayed, keys.completed, keys.failed, keys.repeat]
+            probe.append(keys.waiting_children)
+            if int(client.exists(*probe)) == 0:
+                missing.append(queue)
+        return missing
+    except redis.exceptions.RedisError:
+        return []
+    finally:
+        client.close()
+
+
 def warn_if_no_queue(target: Target, queue: str, prefix: str) -> None:
     """On the embedded server, warn on stderr when it holds no key of ``queue``.
 
     Someone who ran a worker with ``--url`` and then ``echomq queue`` without it would
-    otherwise read an empty queue of the embedded server and believe it.
+    otherwise read an empty queue of the embedded server and believe it. (A worker says it
+    once at INFO instead: a worker started before its producer is normal; see
+    :mod:`echomq.cli._worker`.)
     """
-    if not target.embedded:
-        return
-    keys = queue_keys(queue, prefix)
-    probe = [keys.meta, keys.id, keys.events, keys.wait, keys.paused, keys.active]
-    probe += [keys.prioritized, keys.delayed, keys.completed, keys.failed, keys.repeat]
-    probe.append(keys.waiting_children)
-    client = redis.Redis.from_url(target.url, socket_timeout=5.0)
-    try:
-        found = int(client.exists(*probe))
-    except redis.exceptions.RedisError:
-        return  # the command itself reports an unreachable server
-    finally:
-        client.close()
-    if found == 0:
+    if missing_queues(target, [queue], prefix):
         print(
             f"warning: the embedded Redis holds no queue {queue!r} (prefix {prefix!r}) and "
             f"{URL_ENV} is unset; if the queue lives on another server, pass --url or set "

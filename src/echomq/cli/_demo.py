@@ -6,14 +6,21 @@ left in place afterwards so ``echomq queue NAME ...`` can inspect it. ``--fresh`
 the embedded server's AOF (``BGREWRITEAOF``) once the old demo jobs are gone, so repeated demos
 do not grow its files. Its worker records per-minute metrics (``--no-metrics``: not), so the
 dashboard's chart shows the run. Every 50th job fails its first attempt on purpose (it has
-``attempts=2``) to show a retry. The progress bar is redrawn only on a terminal; otherwise one
-line says how many jobs were done.
+``attempts=2``) to show a retry.
+
+stderr holds the progress and nothing else on a normal run: on a terminal one bar redrawn in
+place (jobs done, rate, attempts retried, jobs failed), elsewhere one line at the end saying the
+same; the summary goes to stdout. The worker's line for each failed attempt (WARNING on
+``echomq.worker``, ``status`` ``retry``, ``retry-delayed`` or ``failed``) is left out, since the
+bar and the summary count them; ``--verbose`` shows them. Any other log record is shown, on a
+line of its own (the bar's line is ended first).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import shlex
 import sys
 import time
@@ -35,9 +42,11 @@ DEFAULT_QUEUE = "echomq-demo"
 FLAKY_EVERY = 50
 _ADD_CHUNK = 1000
 _STUCK_AFTER = 30.0
-_BAR_WIDTH = 30
+_BAR_WIDTH = 20
 _POLL = 0.02
 _REWRITE_TIMEOUT = 30.0
+#: The worker's log records for a failed attempt (docs/workers.md, "Log events").
+_ATTEMPT_FAILED = frozenset({"retry", "retry-delayed", "failed"})
 
 
 def add_parser(
@@ -69,6 +78,13 @@ def add_parser(
     )
     add_metrics_flags(parser)
     parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also log each failed attempt (the worker's WARNING lines) on stderr; by default "
+        "the progress bar and the summary count them",
+    )
+    parser.add_argument(
         "--fresh",
         action="store_true",
         help="start from an empty demo queue and, on the embedded Redis, compact its AOF so "
@@ -85,6 +101,46 @@ class _Report:
     counts: dict[str, int] | None = None
 
 
+class _Progress:
+    """The one line of progress on stderr: redrawn in place on a terminal, else not drawn."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.terminal = out.isatty()
+        self._width = 0  # of the line drawn last; 0 when no line is open
+
+    def draw(self, text: str) -> None:
+        """Redraw the line (on a terminal only), blanking what a longer one left."""
+        if not self.terminal:
+            return
+        self.out.write("\r" + text + " " * max(0, self._width - len(text)))
+        self.out.flush()
+        self._width = max(len(text), 1)
+
+    def end_line(self) -> None:
+        """End the line drawn, if any, so whatever is written next starts a line of its own."""
+        if self._width:
+            self._width = 0
+            self.out.write("\n")
+            self.out.flush()
+
+
+class _LogFilter(logging.Filter):
+    """On the CLI's log handler: leaves out the worker's records of failed attempts unless
+    ``verbose``, and ends the progress line before any record that is shown."""
+
+    def __init__(self, progress: _Progress, verbose: bool) -> None:
+        super().__init__()
+        self.progress, self.verbose = progress, verbose
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status", None) if record.name == "echomq.worker" else None
+        if not self.verbose and status in _ATTEMPT_FAILED:
+            return False
+        self.progress.end_line()
+        return True
+
+
 def run(args: argparse.Namespace) -> int:
     """The ``demo`` subcommand."""
     if args.jobs < 1:
@@ -96,8 +152,15 @@ def run(args: argparse.Namespace) -> int:
     metrics_data_points(args)  # refused before anything runs
     check_names([args.queue], args.prefix)
     configure_logging("WARNING")  # one INFO line per job would drown the progress bar
+    progress = _Progress(sys.stderr)
+    log_filter = _LogFilter(progress, args.verbose)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(log_filter)
     target = resolve(args.url, args.durability)
-    report = asyncio.run(_demo(target, args, sys.stderr))
+    try:
+        report = asyncio.run(_demo(target, args, progress))
+    finally:
+        progress.end_line()  # an error or an interrupt is reported on a line of its own
     _print_report(args, report, explicit_url=bool(args.url))
     counts = report.counts or {}
     return EXIT_OK if counts.get("completed") == args.jobs else EXIT_FAILURE
@@ -137,8 +200,9 @@ async def _compact(url: str, out: TextIO) -> None:
     print("compacted the embedded Redis's AOF", file=out)
 
 
-async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Report:
+async def _demo(target: Target, args: argparse.Namespace, progress: _Progress) -> _Report:
     url = target.url
+    out = progress.out
     report = _Report()
     pause = args.job_ms / 1000
 
@@ -158,15 +222,11 @@ async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Repor
             if target.embedded:
                 await _compact(url, out)
         items = _items(args.jobs)
+        progress.draw(f"adding {args.jobs} jobs to queue {args.queue}...")
         started = time.monotonic()
         for i in range(0, len(items), _ADD_CHUNK):
             await q.add_bulk(items[i : i + _ADD_CHUNK])
         report.added_in = time.monotonic() - started
-        print(
-            f"added {args.jobs} jobs to queue {args.queue} in {report.added_in:.2f}s; "
-            f"processing with concurrency {args.concurrency}",
-            file=out,
-        )
         worker = Worker(
             args.queue,
             process,
@@ -179,7 +239,7 @@ async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Repor
         started = time.monotonic()
         task = asyncio.create_task(worker.run(), name="echomq-demo-worker")
         try:
-            await _watch(q, args.jobs, started, task, out)
+            await _watch(q, args.jobs, started, task, progress, report)
             report.processed_in = time.monotonic() - started
         finally:
             await worker.close()
@@ -189,15 +249,19 @@ async def _demo(target: Target, args: argparse.Namespace, out: TextIO) -> _Repor
 
 
 async def _watch(
-    q: Queue, total: int, started: float, worker: asyncio.Task[None], out: TextIO
+    q: Queue,
+    total: int,
+    started: float,
+    worker: asyncio.Task[None],
+    progress: _Progress,
+    report: _Report,
 ) -> None:
     """Redraw the progress bar until every job is completed or failed.
 
     Counts are polled often so the measured time is close to the real one; on a terminal the
     bar is redrawn at most every 0.1s. Elsewhere (a pipe, a log file, CI) nothing is drawn
-    until the end, when one plain line says how many jobs were done.
+    until the end, when one plain line says the same.
     """
-    terminal = out.isatty()
     redraw_every = 0.1
     last_done, last_change, last_draw = -1, time.monotonic(), 0.0
     while True:
@@ -206,19 +270,20 @@ async def _watch(
         now = time.monotonic()
         if done != last_done:
             last_done, last_change = done, now
-        if terminal and (done >= total or now - last_draw >= redraw_every):
+        shown = _Counts(done, total, now - started, report.first_failures, counts["failed"])
+        finished, stuck = done >= total, now - last_change > _STUCK_AFTER
+        if finished or now - last_draw >= redraw_every:
             last_draw = now
-            out.write("\r" + _bar(done, total, now - started))
-            out.flush()
-        if done >= total:
-            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
-            return
-        if worker.done():
-            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
-            worker.result()  # re-raises what stopped it
-            raise CliError("the demo worker stopped before the jobs were done")
-        if now - last_change > _STUCK_AFTER:
-            out.write("\n" if terminal else _line(done, total, now - started) + "\n")
+            progress.draw(shown.bar())
+        if finished or stuck or worker.done():
+            progress.end_line()
+            if not progress.terminal:
+                print(shown.line(), file=progress.out)
+            if finished:
+                return
+            if worker.done():
+                worker.result()  # re-raises what stopped it
+                raise CliError("the demo worker stopped before the jobs were done")
             raise CliError(
                 f"no demo job finished in {_STUCK_AFTER:.0f}s ({done} of {total} done); "
                 f"is queue {q.name} paused or is another worker taking its jobs?"
@@ -226,25 +291,41 @@ async def _watch(
         await asyncio.sleep(_POLL)
 
 
-def _bar(done: int, total: int, elapsed: float) -> str:
-    share = done / total
-    filled = int(_BAR_WIDTH * share)
-    rate = done / elapsed if elapsed > 0 else 0.0
-    return (
-        f"[{'#' * filled}{'.' * (_BAR_WIDTH - filled)}] {done}/{total} "
-        f"{share:4.0%}  {rate:,.0f} jobs/s"
-    )
+@dataclass(frozen=True)
+class _Counts:
+    """What the progress shows: jobs done of the total, the rate, retried attempts, failures."""
 
+    done: int
+    total: int
+    elapsed: float
+    retried: int
+    failed: int
 
-def _line(done: int, total: int, elapsed: float) -> str:
-    rate = done / elapsed if elapsed > 0 else 0.0
-    return f"done {done}/{total} {done / total:4.0%} in {elapsed:.2f}s, {rate:,.0f} jobs/s"
+    @property
+    def rate(self) -> float:
+        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+
+    def bar(self) -> str:
+        share = self.done / self.total
+        filled = int(_BAR_WIDTH * share)
+        return (
+            f"[{'#' * filled}{'.' * (_BAR_WIDTH - filled)}] {self.done}/{self.total} "
+            f"{share:4.0%}  {self.rate:,.0f} jobs/s  {self.retried} retried  {self.failed} failed"
+        )
+
+    def line(self) -> str:
+        return (
+            f"done {self.done}/{self.total} {self.done / self.total:4.0%} in "
+            f"{self.elapsed:.2f}s, {self.rate:,.0f} jobs/s; {self.retried} retried, "
+            f"{self.failed} failed"
+        )
 
 
 def _print_report(args: argparse.Namespace, report: _Report, *, explicit_url: bool) -> None:
     counts = report.counts or {}
     completed, failed = counts.get("completed", 0), counts.get("failed", 0)
     rate = args.jobs / report.processed_in if report.processed_in > 0 else 0.0
+    print(f"added {args.jobs} jobs to queue {args.queue} in {report.added_in:.2f}s")
     print(
         f"processed {args.jobs} jobs in {report.processed_in:.2f}s: {rate:,.0f} jobs/s "
         f"(concurrency {args.concurrency})"
@@ -258,6 +339,8 @@ def _print_report(args: argparse.Namespace, report: _Report, *, explicit_url: bo
         f"every {FLAKY_EVERY}th job ({flaky} of {args.jobs}) fails its first attempt on purpose "
         f"and has attempts=2: {report.first_failures} jobs failed once and were retried"
     )
+    if failed and not args.verbose:
+        print(f"{failed} jobs failed for good: run the demo with --verbose to see why")
     command = ["echomq", "queue", args.queue, "counts"]
     if explicit_url:
         command += ["--url", args.url]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from .. import _ops as ops
@@ -22,6 +23,7 @@ from ..job import Job
 from ..options import UNSET, JobOptions
 from ..queue import Queue
 from . import _flow, _groups, _limits
+from . import _workers as _workers_cli
 from ._actions import add_queue_command, check_arguments, run_action
 from ._connect import resolve, warn_if_no_queue
 from ._errors import EXIT_FAILURE, EXIT_OK, CliError
@@ -187,23 +189,8 @@ async def _workers(q: Queue, args: argparse.Namespace) -> int:
     if not workers:
         print(f"no workers on queue {q.name}")
         return EXIT_OK
-    rows = []
-    for w in workers:
-        jobs = w.get("jobs")
-        rows.append(
-            (
-                w.get("id", ""),
-                w.get("worker_name") or "",
-                w.get("kind", ""),
-                w.get("host") or w.get("addr", ""),
-                w.get("pid"),
-                w.get("concurrency"),
-                when(w.get("heartbeat_at")),
-                "?" if jobs is None else ", ".join(jobs) or "-",
-            )
-        )
-    headers = ("ID", "NAME", "KIND", "HOST", "PID", "CONCURRENCY", "HEARTBEAT", "JOBS")
-    print(table(headers, rows))
+    now = datetime.now(timezone.utc)
+    print(table(_workers_cli.HEADERS, [_workers_cli.worker_row(w, now) for w in workers]))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ import argparse
 import json
 from typing import Any
 
+from .._cron import FORMS as CRON_FORMS
 from ..errors import InvalidOptionError
 from ..queue import Queue
 from ..schedulers import JobScheduler, Schedule, SchedulerTemplate, build_spec
@@ -45,7 +46,11 @@ def add_parser(
     p.add_argument("scheduler_id", metavar="ID", help="the scheduler id")
     kind = p.add_mutually_exclusive_group(required=True)
     kind.add_argument("--every", type=float, metavar="SECONDS", help="run every SECONDS")
-    kind.add_argument("--cron", metavar="EXPR", help="a cron expression (6 fields: seconds first)")
+    kind.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help=f"a cron pattern: {CRON_FORMS}",
+    )
     p.add_argument("--tz", help="IANA time zone of the cron expression (e.g. Europe/Madrid)")
     p.add_argument("--limit", type=int, help="at most N iterations")
     p.add_argument("--name", help="job name of each iteration (default: the id)")

@@ -34,7 +34,7 @@ from .._redis.fail_fast import connect_budget
 from ..options import Batch, Limiter, WorkerOptions, to_seconds
 from ..tasks import Task
 from ..worker import Processor, Worker
-from ._connect import check_names, redact, resolve, warn_if_no_queue
+from ._connect import URL_ENV, Target, check_names, missing_queues, redact, resolve
 from ._errors import EXIT_ABANDONED, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CliError
 from ._logs import FORMATS, LEVELS, configure_logging, flush_logging
 from ._tasks import WorkerGroup, load_tasks
@@ -342,7 +342,7 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     runner = _event_loop_runner(args.uvloop)
     configure_logging(args.log_level, args.log_format)
     target = resolve(args.url, args.durability)
-    warn_if_no_queue(target, args.queue, args.prefix)
+    _note_missing_queues(target, [args.queue], args.prefix)
     url = target.url
     if early.received is not None:
         logger.info("received %s during start-up: exiting before taking any job", early.name)
@@ -370,6 +370,26 @@ def _run(args: argparse.Namespace, early: _EarlySignals) -> int:
     return _exit_code(worker.abandoned_job_ids, "processor")
 
 
+def _note_missing_queues(target: Target, queues: list[str], prefix: str) -> None:
+    """Say once, at INFO, which queues the embedded server does not hold yet.
+
+    A worker started before any job of its queue was added is normal (its producer may start
+    later), so this is no warning; but a worker that forgot ``--url`` waits on the embedded
+    server for jobs added elsewhere, and this line is where its log says how to point it there.
+    """
+    missing = missing_queues(target, queues, prefix)
+    if not missing:
+        return
+    if len(missing) == 1:
+        said = f"queue {missing[0]!r} (prefix {prefix!r}) is not on the embedded Redis yet: "
+        said += "waiting for its first job; if its producer uses another Redis"
+    else:
+        names = ", ".join(repr(q) for q in missing)
+        said = f"queues {names} (prefix {prefix!r}) are not on the embedded Redis yet: "
+        said += "waiting for their first jobs; if their producers use another Redis"
+    logger.info("%s, pass --url or set %s", said, URL_ENV)
+
+
 def _run_tasks(
     args: argparse.Namespace, early: _EarlySignals, tasks: dict[str, list[Task[Any, Any, Any]]]
 ) -> int:
@@ -379,8 +399,7 @@ def _run_tasks(
     runner = _event_loop_runner(args.uvloop)
     configure_logging(args.log_level, args.log_format)
     target = resolve(args.url, args.durability)
-    for queue in tasks:
-        warn_if_no_queue(target, queue, args.prefix)
+    _note_missing_queues(target, list(tasks), args.prefix)
     if early.received is not None:
         logger.info("received %s during start-up: exiting before taking any job", early.name)
         return EXIT_OK

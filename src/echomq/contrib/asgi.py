@@ -2,7 +2,7 @@
 
 ::
 
-    app = FastAPI(lifespan=echomq_lifespan("emails", connection="redis://localhost:6379/0"))
+    app = FastAPI(lifespan=echomq_lifespan("emails"))   # or connection="redis://..."
 
     @app.post("/signup")
     async def signup(queue: Annotated[echomq.Queue, Depends(get_queue)]) -> dict[str, str]:
@@ -15,7 +15,8 @@ At startup the lifespan opens the queue (and, unless ``events=False``, a
 worker gracefully, then the reader and the queue. Everything lives on ``app.state.echomq``
 (an :class:`EchoMQState`), never in module globals, so two apps in one process stay apart.
 With a URL, each of them opens (and closes) its own client; with a client you pass, nothing
-closes it.
+closes it; with none, each follows echomq's connection rule (:func:`echomq.set_default_connection`)
+when the app starts.
 
 Importing this module without Starlette raises ``ImportError`` naming the pip command.
 """
@@ -66,7 +67,7 @@ class EchoMQState:
 def echomq_lifespan(
     queue: str,
     *,
-    connection: AsyncConnection,
+    connection: AsyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
     events: bool = True,
     processor: Processor | None = None,
@@ -80,7 +81,8 @@ def echomq_lifespan(
     Args:
         queue: the queue name.
         connection: a URL (each object opens and closes its own client) or a
-            ``redis.asyncio.Redis`` you own.
+            ``redis.asyncio.Redis`` you own. None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         events: open a :class:`~echomq.QueueEvents` reader too (one blocking connection),
             for ``await job.wait_until_finished(events)`` in endpoints.
@@ -93,6 +95,8 @@ def echomq_lifespan(
 
     Raises:
         ValidationError: a bad queue name, prefix or connection (when the app starts).
+        ConnectionNotOpenError: no connection given and none found by the connection rule
+            (when the app starts).
     """
 
     @contextlib.asynccontextmanager

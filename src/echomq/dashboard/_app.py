@@ -232,6 +232,8 @@ def create_app(
         pretty=views.pretty,
         percent=views.percent,
         sparkline=views.sparkline,
+        allowed_attempts=views.allowed_attempts,
+        given_options=views.given_options,
     )
 
     def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:

@@ -396,6 +396,22 @@ def timeline(job: Job) -> list[tuple[str, datetime]]:
     return sorted(moments, key=lambda m: m[1])
 
 
+def allowed_attempts(job: Job) -> int:
+    """How many tries ``job`` has: its ``attempts`` option, where 0 (what every producer,
+    echomq and BullMQ alike, stores when none was given) means one try, as 1 does. The pages
+    show ``attempts_made/allowed_attempts``, as ``echomq queue NAME jobs`` prints it."""
+    return max(job.attempts, 1)
+
+
+def given_options(job: Job) -> dict[str, Any]:
+    """The job's stored options (wire names) as its producer gave them: the ``attempts: 0``
+    stored when none was given is left out, since the page says how many tries the job has
+    (as ``echomq queue NAME job ID`` leaves it out)."""
+    if job.wire_options.get("attempts") == 0:
+        return {k: v for k, v in job.wire_options.items() if k != "attempts"}
+    return job.wire_options
+
+
 def pretty(value: Any, limit: int = SHOWN_CHARS) -> str:
     """``value`` as indented JSON text (escaped later by the template), cut after ``limit``
     characters so that a huge payload cannot make a page of megabytes."""

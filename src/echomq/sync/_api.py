@@ -8,6 +8,12 @@ connection=redis)`` writes the job with one script call and keeps nothing in mem
 (defined in ``_queue``, re-exported here) only remembers a name, a prefix, a connection and
 default job options.
 
+``connection`` is optional everywhere: without it a call uses the connection rule
+(``_redis.default``): the connection given to :func:`echomq.set_default_connection`, else
+``$ECHOMQ_REDIS_URL``, else the embedded Redis if it is running (said once on stderr), else
+:class:`~echomq.ConnectionNotOpenError`. A URL found that way is opened and closed like one
+passed in.
+
 ``scripts/unasync.py`` generates ``echomq/sync/_api.py`` (the blocking functions of
 ``echomq.sync``) from ``echomq/queue.py``, the one definition of both: edit the latter.
 """
@@ -33,7 +39,12 @@ from .._ops import groups as gops
 from .._ops.groups import GroupInfo as GroupInfo
 from .._ops.replicated import ReplicaWait
 from .._ops.workers import WorkerInfo as WorkerInfo
-from .._redis.connection_sync import SyncConn, SyncConnection, sync_client_from_url
+from .._redis.connection_sync import (
+    SyncConn,
+    SyncConnection,
+    resolve_connection,
+    sync_client_from_url,
+)
 from .._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT
 from .._redis.server_checks_sync import check_on_first_use_sync
 from ..errors import ReplicationError
@@ -52,7 +63,7 @@ def add(
     name: str,
     data: Any = UNSET,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
     wait_replicas: int = 0,
     wait_timeout: Duration = 1.0,
@@ -64,8 +75,9 @@ def add(
         queue: the queue name (no ``:``).
         name: the job name, given to the processor.
         data: the payload; any JSON-serialisable value (``{}`` when omitted, as in Node).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here, with
-            a 1 s connect timeout; :func:`client_from_url` makes a client with another).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here, with a 1 s
+            connect timeout; :func:`client_from_url` makes a client with another). None (default):
+            the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix (``bull`` is BullMQ's default).
         wait_replicas: after the add, wait until this many replicas have it (Redis ``WAIT``
             on the connection that wrote it; on a Cluster, the primary of the queue's slot);
@@ -79,6 +91,8 @@ def add(
     Raises:
         ValidationError: bad name, id, option, payload, ``wait_replicas`` or
             ``wait_timeout``; nothing was written.
+        ConnectionNotOpenError: no ``connection`` given and none found by the connection
+            rule (the message says how to give one); nothing was written.
         RedisUnavailableError: Redis could not be reached or did not answer (the message
             names the server).
         ReplicationError: the job was added on the primary, but fewer than ``wait_replicas``
@@ -95,7 +109,7 @@ def add_bulk(
     queue: str,
     jobs: Iterable[BulkItem],
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
     wait_replicas: int = 0,
     wait_timeout: Duration = 1.0,
@@ -106,7 +120,8 @@ def add_bulk(
         queue: the queue name.
         jobs: items ``(name, data)`` or ``(name, data, options)``; options are a
             :class:`~echomq.JobOptions` or a mapping of option keywords.
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         wait_replicas: after the MULTI/EXEC, wait until this many replicas have it (one
             Redis ``WAIT`` for the whole batch); 0 (default) waits for none.
@@ -118,6 +133,8 @@ def add_bulk(
     Raises:
         ValidationError: any item, ``wait_replicas`` or ``wait_timeout`` is invalid; nothing
             was written.
+        ConnectionNotOpenError: no ``connection`` given and none found by the connection
+            rule; nothing was written.
         RedisUnavailableError: Redis could not be reached or did not answer.
         ReplicationError: the jobs were added on the primary, but fewer than
             ``wait_replicas`` replicas acknowledged them within ``wait_timeout``; the error's
@@ -134,7 +151,7 @@ def get_job(
     queue: str,
     job_id: str,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Job | None:
     """Read one job, or None when it does not exist.
@@ -142,9 +159,10 @@ def get_job(
     Args:
         queue: the queue name.
         job_id: the job.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the
-            job's fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`;
-            read it through a ``Queue`` to call them).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the job's
+            fields are read, but its methods raise :class:`~echomq.ConnectionNotOpenError`; read it
+            through a ``Queue`` to call them). None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     keys = queue_keys(queue, prefix)
@@ -187,15 +205,15 @@ def client_from_url(
 
 
 @contextlib.contextmanager
-def _connected(connection: SyncConnection) -> Iterator[SyncConn]:
-    """The connection for one module-level call; a client opened from a URL (with the default
-    ``connect_timeout``) is closed on exit. The first call to a server in this process that
-    succeeds checks it (``_redis.server_checks``).
+def _connected(connection: SyncConnection | None) -> Iterator[SyncConn]:
+    """The connection for one module-level call (None: the one the connection rule picks);
+    a client opened from a URL (with the default ``connect_timeout``) is closed on exit. The
+    first call to a server in this process that succeeds checks it (``_redis.server_checks``).
 
     A client the caller passed stays usable, so jobs returned through it keep working. The
     jobs a :class:`~echomq.ReplicationError` carries are detached like returned ones.
     """
-    conn = SyncConn(connection, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    conn = SyncConn(resolve_connection(connection), connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     check_on_first_use_sync(conn)
     try:
         yield conn
@@ -217,12 +235,12 @@ def _detached(conn: SyncConn, job: Job) -> Job:
     return job
 
 
-def _run(connection: SyncConnection, op: ops.Op[T]) -> T:
+def _run(connection: SyncConnection | None, op: ops.Op[T]) -> T:
     with _connected(connection) as conn:
         return conn.run(op)
 
 
-def _run_plan(connection: SyncConnection, plan: ops.Plan[T]) -> T:
+def _run_plan(connection: SyncConnection | None, plan: ops.Plan[T]) -> T:
     with _connected(connection) as conn:
         return conn.run_plan(plan)
 
@@ -231,7 +249,7 @@ def get_state(
     queue: str,
     job_id: str,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> JobState:
     """The state a job is in (``JobState.UNKNOWN`` when no state holds it).
@@ -239,7 +257,8 @@ def get_state(
     Args:
         queue: the queue name.
         job_id: the job.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     state = _run(connection, ops.get_state(queue_keys(queue, prefix), job_id))
@@ -253,7 +272,7 @@ def get_jobs(
     end: int = -1,
     asc: bool = False,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """Read the jobs in some states, newest first unless ``asc``.
@@ -269,9 +288,10 @@ def get_jobs(
         start: first index of each state's slice.
         end: last index (``-1``: to the end).
         asc: oldest first.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the
-            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`; read them
-            through a ``Queue`` to call them).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the jobs'
+            methods then raise :class:`~echomq.ConnectionNotOpenError`; read them through a
+            ``Queue`` to call them). None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -286,7 +306,7 @@ def get_jobs(
 def get_job_counts(
     queue: str,
     *states: str,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, int]:
     """How many jobs each state holds.
@@ -296,7 +316,8 @@ def get_job_counts(
         *states: state names (see :func:`get_jobs`); none given means ``active``, ``completed``,
             ``delayed``, ``failed``, ``prioritized``, ``waiting``, ``waiting-children``.
             ``waiting`` counts the ``wait`` list; ``paused`` the legacy v5 list.
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -306,7 +327,9 @@ def get_job_counts(
     return _run(connection, ops.get_counts(queue_keys(queue, prefix), types))
 
 
-def count(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> int:
+def count(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> int:
     """How many jobs have not started yet: waiting, delayed, prioritized and waiting-children."""
     counts = _run(connection, ops.get_counts(queue_keys(queue, prefix), ops.PENDING_TYPES))
     return sum(counts.values())
@@ -319,7 +342,7 @@ def get_job_logs(
     end: int = -1,
     asc: bool = True,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> tuple[list[str], int]:
     """A slice of a job's log lines and the total number of lines.
@@ -330,7 +353,8 @@ def get_job_logs(
         start: first index (of the oldest-first order with ``asc``, else newest-first).
         end: last index (``-1``: to the end).
         asc: oldest line first.
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     op = ops.get_logs(queue_keys(queue, prefix), job_id, start, end, asc)
@@ -343,7 +367,7 @@ def get_metrics(
     start: int = 0,
     end: int = -1,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> Metrics:
     """The per-minute metrics workers with ``metrics_max_data_points`` write (as BullMQ's
@@ -354,18 +378,23 @@ def get_metrics(
         kind: ``"completed"`` or ``"failed"``.
         start: first data point (0 = the most recent minute).
         end: last data point (``-1``: to the oldest).
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     return _run(connection, ops.get_metrics(queue_keys(queue, prefix), kind, start, end))
 
 
-def is_paused(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> bool:
+def is_paused(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> bool:
     """Whether the queue is globally paused."""
     return _run(connection, ops.is_paused(queue_keys(queue, prefix)))
 
 
-def pause(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+def pause(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> None:
     """Pause the queue: workers stop taking jobs; jobs stay where they are.
 
     Emits a ``paused`` event. Jobs added meanwhile wait for :func:`resume`.
@@ -373,7 +402,9 @@ def pause(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFI
     _run(connection, ops.pause_queue(queue_keys(queue, prefix), True))
 
 
-def resume(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> None:
+def resume(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> None:
     """Resume a paused queue and wake its workers; emits a ``resumed`` event.
 
     Jobs a BullMQ v5 producer left in the legacy ``paused`` list are moved to ``wait``.
@@ -384,7 +415,7 @@ def resume(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREF
 
 
 def get_workers(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> list[WorkerInfo]:
     """This queue's live workers: echomq's worker registry, then BullMQ's from ``CLIENT LIST``.
 
@@ -409,7 +440,7 @@ def trim_events(
     queue: str,
     max_len: int,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Trim the events stream to about ``max_len`` entries; returns how many were deleted."""
@@ -424,7 +455,7 @@ def remove(
     job_id: str,
     *,
     remove_children: bool = True,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Delete one job from whatever state holds it, with its logs and dependency keys.
@@ -438,7 +469,8 @@ def remove(
         job_id: the job.
         remove_children: also remove every child recorded on the job (processed, failed,
             ignored or pending), recursively and in any queue.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -458,7 +490,7 @@ def get_deduplication_job_id(
     queue: str,
     dedup_id: str,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> str | None:
     """The id of the job that owns deduplication window ``dedup_id`` (the ``deduplication``
@@ -467,7 +499,8 @@ def get_deduplication_job_id(
     Args:
         queue: the queue name.
         dedup_id: the deduplication id.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -480,7 +513,7 @@ def remove_deduplication_key(
     queue: str,
     dedup_id: str,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Close deduplication window ``dedup_id`` now, whichever job owns it: the next add with
@@ -489,7 +522,8 @@ def remove_deduplication_key(
     Args:
         queue: the queue name.
         dedup_id: the deduplication id.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -505,7 +539,7 @@ def drain(
     queue: str,
     *,
     delayed: bool = False,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete every job waiting to run: ``wait`` and ``prioritized`` (and ``delayed`` if asked).
@@ -518,7 +552,8 @@ def drain(
     Args:
         queue: the queue name.
         delayed: also delete delayed jobs.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
     """
     _run_plan(connection, ops.drain_plan(queue_keys(queue, prefix), delayed=delayed))
@@ -530,7 +565,7 @@ def clean(
     limit: int = 0,
     state: str = "completed",
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[str]:
     """Delete the jobs of one state that are older than ``grace``.
@@ -547,7 +582,8 @@ def clean(
         limit: the most jobs to delete; 0 for no limit.
         state: ``completed``, ``failed``, ``wait`` (or ``waiting``), ``active``, ``paused``,
             ``prioritized`` or ``delayed``.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -563,7 +599,7 @@ def obliterate(
     queue: str,
     *,
     force: bool = False,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Delete a whole queue: its jobs, schedulers, events, counters and metadata.
@@ -575,7 +611,8 @@ def obliterate(
     Args:
         queue: the queue name.
         force: also delete active jobs (their workers will fail to finish them).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -591,7 +628,7 @@ def retry_jobs(
     count: int = ops.admin.BATCH,
     timestamp: datetime | float | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move failed (or completed) jobs that finished at or before ``timestamp`` back to ``wait``.
@@ -604,7 +641,8 @@ def retry_jobs(
         state: ``failed`` or ``completed``.
         count: jobs moved per script call.
         timestamp: a datetime or epoch seconds; default now.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -617,7 +655,7 @@ def promote_jobs(
     queue: str,
     count: int = ops.admin.BATCH,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Move every delayed job to ``wait`` now (priority ignored), ``count`` per script call.
@@ -634,7 +672,11 @@ def promote_jobs(
 
 
 def set_global_concurrency(
-    queue: str, concurrency: int, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    concurrency: int,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let at most ``concurrency`` jobs of the queue be active at once, across all workers.
 
@@ -646,7 +688,8 @@ def set_global_concurrency(
     Args:
         queue: the queue name.
         concurrency: an int >= 1.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -656,14 +699,14 @@ def set_global_concurrency(
 
 
 def get_global_concurrency(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> int | None:
     """The queue's global concurrency, or None when none is set."""
     return _run(connection, ops.get_global_concurrency(queue_keys(queue, prefix)))
 
 
 def remove_global_concurrency(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Remove the queue's global concurrency; True if one was set.
 
@@ -677,7 +720,7 @@ def set_global_rate_limit(
     max: int,
     duration: Duration,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let the queue's workers start at most ``max`` jobs per ``duration``, all together.
@@ -691,7 +734,8 @@ def set_global_rate_limit(
         queue: the queue name.
         max: jobs per window, an int >= 1.
         duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -703,7 +747,7 @@ def set_global_rate_limit(
 
 
 def get_global_rate_limit(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> RateLimit | None:
     """The queue's global rate limit (``RateLimit(max, duration)``, duration in seconds), or
     None unless both of its fields are set."""
@@ -711,7 +755,7 @@ def get_global_rate_limit(
 
 
 def remove_global_rate_limit(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Remove the queue's global rate limit; True if it was set.
 
@@ -722,7 +766,11 @@ def remove_global_rate_limit(
 
 
 def rate_limit(
-    queue: str, duration: Duration, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    duration: Duration,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Stop the queue's rate-limited workers from taking jobs for ``duration``.
 
@@ -734,7 +782,8 @@ def rate_limit(
     Args:
         queue: the queue name.
         duration: seconds or a timedelta (> 0; rounded to whole milliseconds).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -747,7 +796,7 @@ def get_rate_limit_ttl(
     queue: str,
     max_jobs: int | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> float:
     """Seconds until the queue's rate limit lifts, 0.0 when it is not rate limited.
@@ -761,7 +810,8 @@ def get_rate_limit_ttl(
         queue: the queue name.
         max_jobs: the limit to test the current count against (an int >= 1), e.g. a worker's
             ``limiter.max``.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -771,14 +821,16 @@ def get_rate_limit_ttl(
 
 
 def remove_rate_limit_key(
-    queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
 ) -> bool:
     """Delete the queue's limiter key (the current window's count, or a manual rate limit), so
     workers may take jobs at once; True if it existed."""
     return _run(connection, ops.remove_rate_limit_key(queue_keys(queue, prefix)))
 
 
-def is_maxed(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> bool:
+def is_maxed(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> bool:
     """Whether a global concurrency is set and the queue's active jobs have reached it."""
     return _run(connection, ops.is_maxed(queue_keys(queue, prefix)))
 
@@ -787,7 +839,7 @@ def get_counts_per_priority(
     queue: str,
     priorities: Iterable[int],
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> dict[int, int]:
     """How many jobs wait at each of ``priorities``.
@@ -798,7 +850,8 @@ def get_counts_per_priority(
     Args:
         queue: the queue name.
         priorities: ints between 0 and 2**21 - 1; repeats are counted once.
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -811,7 +864,9 @@ def get_counts_per_priority(
     return _run(connection, op)
 
 
-def get_meta(queue: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX) -> QueueMeta:
+def get_meta(
+    queue: str, *, connection: SyncConnection | None = None, prefix: str = DEFAULT_PREFIX
+) -> QueueMeta:
     """The queue's settings from its meta hash (BullMQ's ``getMeta``): paused, global
     concurrency, global rate limit, events stream length and the BullMQ version that last
     opened the queue."""
@@ -829,7 +884,7 @@ def set_group_concurrency(
     concurrency: int,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let each group run at most ``concurrency`` jobs at once, across all workers.
@@ -845,7 +900,8 @@ def set_group_concurrency(
         concurrency: an int >= 1.
         group: a group id (a non-empty str of at most 256 characters), or None for every
             group's default.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -859,7 +915,7 @@ def get_group_concurrency(
     queue: str,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> int | None:
     """The default group concurrency (``group`` None), or ``group``'s own; None when it is not
@@ -875,7 +931,7 @@ def remove_group_concurrency(
     queue: str,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Remove the default group concurrency (``group`` None), or ``group``'s own (it then
@@ -893,7 +949,7 @@ def set_group_rate_limit(
     duration: Duration,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Let each group start (and end) at most ``max`` jobs per ``duration``, all workers
@@ -911,7 +967,8 @@ def set_group_rate_limit(
         max: jobs per window, an int >= 1.
         duration: the window, seconds or a timedelta (> 0; rounded to whole milliseconds).
         group: a group id, or None for every group's default.
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -927,7 +984,7 @@ def get_group_rate_limit(
     queue: str,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> RateLimit | None:
     """The default group rate limit (``group`` None), or ``group``'s own, as
@@ -943,7 +1000,7 @@ def remove_group_rate_limit(
     queue: str,
     group: str | None = None,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> bool:
     """Remove the default group rate limit (``group`` None), or ``group``'s own; True if it
@@ -956,7 +1013,11 @@ def remove_group_rate_limit(
 
 
 def pause_group(
-    queue: str, group: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Pause one group: workers take none of its jobs until :func:`resume_group`; its jobs stay
     where they are, its active ones run to their end, jobs added to it wait, and the other
@@ -969,7 +1030,11 @@ def pause_group(
 
 
 def resume_group(
-    queue: str, group: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> None:
     """Resume a paused group: if it has waiting jobs and its limits allow, it rejoins the
     rotation in the same call and idle workers are woken. Resuming a group that is not paused
@@ -986,7 +1051,7 @@ def get_groups(
     start: int = 0,
     end: int = -1,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[GroupInfo]:
     """The queue's groups that have waiting or active jobs, most waiting jobs first.
@@ -995,7 +1060,8 @@ def get_groups(
         queue: the queue name.
         start: first index of that order.
         end: last index (inclusive; ``-1``: to the end).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here). None
+            (default): the connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Returns:
@@ -1009,7 +1075,11 @@ def get_groups(
 
 
 def get_group_job_counts(
-    queue: str, group: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> dict[str, int]:
     """How many jobs one group has ``waiting``, ``active`` and ``delayed``.
 
@@ -1029,7 +1099,7 @@ def get_group_jobs(
     start: int = 0,
     end: int = -1,
     *,
-    connection: SyncConnection,
+    connection: SyncConnection | None = None,
     prefix: str = DEFAULT_PREFIX,
 ) -> list[Job]:
     """One group's waiting jobs in the order its turns will take them (priority, then first
@@ -1040,8 +1110,9 @@ def get_group_jobs(
         group: the group id.
         start: first index.
         end: last index (inclusive; ``-1``: to the end).
-        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the
-            jobs' methods then raise :class:`~echomq.ConnectionNotOpenError`).
+        connection: a ``redis.Redis`` you own, or a URL (opened and closed here: the jobs'
+            methods then raise :class:`~echomq.ConnectionNotOpenError`). None (default): the
+            connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
 
     Raises:
@@ -1055,7 +1126,11 @@ def get_group_jobs(
 
 
 def remove_group_jobs(
-    queue: str, group: str, *, connection: SyncConnection, prefix: str = DEFAULT_PREFIX
+    queue: str,
+    group: str,
+    *,
+    connection: SyncConnection | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> int:
     """Delete one group's waiting jobs, with their logs; its active and delayed jobs stay, and
     so do the current iterations of job schedulers (as :func:`drain` keeps them).

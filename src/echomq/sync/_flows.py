@@ -25,7 +25,7 @@ from .._flow_job import FlowJob
 from .._keys import queue_keys
 from .._ops.flow_tree import FlowNode, RawNode, add_flow, flow_queues, get_flow_plan, prepare_flows
 from .._ops.replicated import ReplicaWait, check_replicated
-from .._redis.connection_sync import SyncConn, SyncConnection
+from .._redis.connection_sync import SyncConn, SyncConnection, resolve_connection
 from .._redis.fail_fast import DEFAULT_CONNECT_TIMEOUT, connect_budget
 from .._redis.server_checks_sync import check_on_first_use_sync
 from .._redis.topology import check_cluster_flow
@@ -52,7 +52,8 @@ class FlowProducer:
     if it opened it from a URL; a client you pass is never closed.
 
     Args:
-        connection: a ``redis.Redis`` you own, or a URL.
+        connection: a ``redis.Redis`` you own, or a URL. None (default): the connection
+            rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix of nodes that do not set their own.
         connect_timeout: with a URL, seconds (or a timedelta) each connection has to connect
             before :class:`~echomq.RedisUnavailableError`.
@@ -61,7 +62,7 @@ class FlowProducer:
     def __init__(
         self,
         *,
-        connection: SyncConnection,
+        connection: SyncConnection | None = None,
         prefix: str = DEFAULT_PREFIX,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
@@ -69,7 +70,7 @@ class FlowProducer:
             raise ValidationError(f"prefix must be a non-empty str, got {prefix!r}")
         self._prefix = prefix
         budget = connect_budget(connect_timeout)
-        self._conn = SyncConn(connection, connect_timeout=budget)
+        self._conn = SyncConn(resolve_connection(connection), connect_timeout=budget)
         check_on_first_use_sync(self._conn)
 
     @property

@@ -4,8 +4,8 @@
   (with pydantic) type checks of both sides, and the typed reading of results;
 - ``_task``: :class:`Task`: enqueueing (async and sync), waiting for results, ``using(...)``
   copies; ``_decorator``: the :func:`task` decorator and its typing;
-- ``_connection``: the default connection (:func:`set_default_connection`,
-  ``ECHOMQ_REDIS_URL``);
+- ``_connection``: a task's connection: its own, else the library's connection rule
+  (:func:`set_default_connection`, ``ECHOMQ_REDIS_URL``, a running embedded Redis);
 - ``_dispatch``: the worker's side: the processor dispatching jobs to tasks by name, and the
   tasks of a module grouped by queue.
 
@@ -13,7 +13,7 @@ Invariant: a job of a task is an ordinary job (its name, one JSON object of name
 so BullMQ producers and workers for Node read and write it like any other.
 """
 
-from ._connection import set_default_connection
+from .._redis.default import set_default_connection
 from ._decorator import task
 from ._dispatch import dispatcher, select_queue, tasks_by_queue, tasks_of
 from ._task import DEFAULT_QUEUE, Task

@@ -1,9 +1,10 @@
-"""The connection a task uses when ``using(connection=...)`` gave none.
+"""The connection a task uses: its own, else the connection rule's.
 
-Order: the task's own (``task.using(connection=...)``), else the process default set once with
-:func:`set_default_connection`, else the ``ECHOMQ_REDIS_URL`` environment variable. With none
-of them, :class:`~echomq.ConnectionNotOpenError` says how to set one: a task never starts an
-embedded server on its own.
+Order: the task's own (``task.using(connection=...)``), else what the library-wide connection
+rule picks (``echomq._redis.default``: the connection set with
+:func:`~echomq.set_default_connection`, else ``$ECHOMQ_REDIS_URL``, else the embedded Redis if
+it is already running), else :class:`~echomq.ConnectionNotOpenError` saying how to give one: a
+task never starts an embedded server on its own.
 
 A client is used as given (and never closed here). A URL serves both kinds of entry points:
 the sync ones (``enqueue``, ``result``) share one ``redis.Redis`` per URL for the life of the
@@ -17,68 +18,34 @@ points and a ``redis.Redis`` the sync ones.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 import redis
-import redis.asyncio
 
-from ..errors import ConnectionNotOpenError
+from .._redis import default
+from .._redis.default import set_default_connection as set_default_connection
 from ..sync import client_from_url
 
-#: The environment variable read when no connection was given or set.
-ENV_VAR = "ECHOMQ_REDIS_URL"
-
-_default: list[Any] = []  # one slot: the process-wide default connection
 _sync_clients: dict[str, redis.Redis] = {}  # URL -> the client the sync entry points share
 _sync_lock = threading.Lock()
 
 
-def set_default_connection(connection: Any) -> None:
-    """Set the connection every task uses unless ``using(connection=...)`` gives one.
-
-    Args:
-        connection: a Redis URL, a ``redis.asyncio.Redis`` (for ``aenqueue`` / ``aresult``), a
-            ``redis.Redis`` (for ``enqueue`` / ``result``), or None to forget the default
-            (``ECHOMQ_REDIS_URL`` is then read again).
-    """
-    _default.clear()
-    if connection is not None:
-        _default.append(connection)
-
-
 def resolve(connection: Any, *, is_async: bool) -> Any:
-    """The connection for one call: ``connection`` if given, else the default, else the
-    environment variable.
+    """The connection for one call: ``connection`` if given, else the connection rule's.
 
     Raises:
         ConnectionNotOpenError: no connection anywhere, or a client of the other kind (a sync
             client for an async call, or the reverse).
     """
-    chosen = connection
-    if chosen is None and _default:
-        chosen = _default[0]
-    if chosen is None:
-        chosen = os.environ.get(ENV_VAR) or None
-    if chosen is None:
-        raise ConnectionNotOpenError(
-            "a task needs a Redis connection: call echomq.set_default_connection(url_or_client) "
-            f"once at start-up, set the {ENV_VAR} environment variable, or pass one with "
-            "task.using(connection=...)"
-        )
+    if connection is None:
+        chosen: Any = default.pick(is_async=is_async)
+    else:
+        chosen = connection
+        if not isinstance(chosen, str):
+            default.refuse_other_kind(chosen, is_async=is_async, given="the task's connection")
     if isinstance(chosen, str):
         return chosen if is_async else _shared_sync_client(chosen)
-    if is_async and isinstance(chosen, redis.Redis):
-        raise ConnectionNotOpenError(
-            "a redis.Redis (sync) client cannot serve aenqueue/aresult: use enqueue/result, "
-            "or give a redis.asyncio.Redis or a URL"
-        )
-    if not is_async and isinstance(chosen, redis.asyncio.Redis):
-        raise ConnectionNotOpenError(
-            "a redis.asyncio.Redis client cannot serve enqueue/result (sync): use "
-            "aenqueue/aresult, or give a redis.Redis or a URL"
-        )
     return chosen
 
 

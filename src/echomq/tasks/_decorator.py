@@ -55,7 +55,8 @@ def task(
         name: the job name (the function's ``__name__`` unless given); a worker finds the
             task by it, and another producer (BullMQ for Node) enqueues it by it.
         prefix: the key prefix.
-        connection: a connection for this task (else the default, else ``ECHOMQ_REDIS_URL``).
+        connection: a connection for this task; None (default): the connection rule, see
+            :func:`echomq.set_default_connection`.
         **options: job options of every job of the task (see :class:`~echomq.JobOptions`).
 
     Returns:

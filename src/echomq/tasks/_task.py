@@ -56,7 +56,8 @@ class Task(Generic[P, R, C]):
         queue: the queue of its jobs.
         prefix: the key prefix.
         options: the job options of its jobs.
-        connection: its connection (else the default, else ``ECHOMQ_REDIS_URL``).
+        connection: its connection; None: the connection rule, see
+            :func:`echomq.set_default_connection`.
 
     Raises:
         ValidationError: a bad name, queue or prefix.
@@ -150,7 +151,8 @@ class Task(Generic[P, R, C]):
 
         Raises:
             ValidationError: an argument or option is invalid; nothing was written.
-            ConnectionNotOpenError: no connection was given, set or found in the environment.
+            ConnectionNotOpenError: no connection was given, and the connection rule found
+                none.
             RedisUnavailableError: Redis could not be reached.
         """
         data = self._signature.bind(args, kwargs)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Unpack
 
 from .._keys import queue_keys
-from .._redis.connection import AsyncConn, AsyncConnection
+from .._redis.connection import AsyncConn, AsyncConnection, resolve_connection
 from .._redis.fail_fast import connect_budget
 from .._redis.topology import check_cluster_keys
 from ..errors import InvalidOptionError
@@ -39,7 +39,6 @@ from ..job import Job
 from ..options import Duration, WorkerOptions, WorkerOptionsDict, to_ms
 from ..protocol import codes
 from ..protocol.keys import DEFAULT_PREFIX
-from ..tasks._connection import resolve as resolve_connection
 from ..tasks._dispatch import TaskSource, dispatcher, select_queue
 from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
@@ -84,7 +83,8 @@ class Worker(HooksMixin):
             With ``batch=Batch(...)`` it takes a list of jobs and returns a list of results
             (docs/workers.md, "Batches").
         connection: a ``redis.asyncio.Redis`` you own, or a URL (opened and closed by the worker).
-            The worker opens one more connection of its own for blocking.
+            The worker opens one more connection of its own for blocking. None (default): the
+            connection rule, see :func:`echomq.set_default_connection`.
         prefix: the key prefix.
         concurrency: how many jobs run at once (default: 1, or ``processes`` when that keyword
             is given, or ``batch.size``; with ``batch``, at least ``batch.size``).
@@ -111,7 +111,7 @@ class Worker(HooksMixin):
         queue: str,
         processor: Processor | None,
         *,
-        connection: AsyncConnection,
+        connection: AsyncConnection | None = None,
         prefix: str = DEFAULT_PREFIX,
         concurrency: int | None = None,
         backoff_strategy: BackoffStrategy | None = None,
@@ -144,9 +144,10 @@ class Worker(HooksMixin):
         self._backoff_strategy = backoff_strategy
         self._telemetry = Telemetry.coerce(telemetry)
         self._connect_timeout = None if connect_timeout is None else connect_budget(connect_timeout)
+        connection = resolve_connection(connection)
+        check_cluster_keys(connection, self._keys)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=self._connect_timeout)
         self._schedulers = SchedulerContinuer(self._keys, self._conn, self._give_up)
-        check_cluster_keys(connection, self._keys)
         self.id = str(uuid.uuid4())
         self._life = Lifecycle()
         self._hooks = Hooks()
@@ -177,20 +178,20 @@ class Worker(HooksMixin):
             tasks: tasks, or a module (its tasks are found among its attributes).
             queue: the queue to serve (only its tasks are taken); None when all the tasks
                 share one queue.
-            connection: a ``redis.asyncio.Redis`` you own, or a URL; None: the tasks'
-                default (:func:`echomq.set_default_connection`, else ``ECHOMQ_REDIS_URL``).
+            connection: a ``redis.asyncio.Redis`` you own, or a URL; None: the connection
+                rule, see :func:`echomq.set_default_connection` (as every task's default).
             **kwargs: the other arguments of :class:`Worker` (``prefix``, ``concurrency``,
                 ``options``, worker options...). The prefix is the tasks' unless given.
 
         Raises:
             InvalidOptionError: no task, none of ``queue``, or several queues and no
                 ``queue``.
-            ConnectionNotOpenError: no connection given, set or found in the environment.
+            ConnectionNotOpenError: no connection given, and none found by the connection
+                rule.
         """
         name, chosen = select_queue(tasks, queue)
         kwargs.setdefault("prefix", chosen[0].prefix)
-        conn = resolve_connection(connection, is_async=True)
-        return cls(name, dispatcher(chosen), connection=conn, **kwargs)
+        return cls(name, dispatcher(chosen), connection=connection, **kwargs)
 
     # -- public lifecycle ----------------------------------------------------------------------
 

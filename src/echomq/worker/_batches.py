@@ -15,6 +15,11 @@ Invariants:
   every job of the batch with that error; anything but a list of one result per job fails every
   job with :class:`~echomq.BatchResultError`. Each such failure is retried per the job's
   ``attempts``, as any failed attempt;
+- a failure's traceback (logged, and kept in the job's ``stacktrace``) is the user's: an
+  exception raised in the processor (and caught there, or not) shows the frames of the
+  processor down to where it was raised; one returned without ever being raised has no
+  traceback, so it shows none (rather than the frame of this module that hands it to the job's
+  task) and gets a note naming the processor that returned it, with its file and line;
 - the job timeout applies to the batch call, from its start: the shortest timeout among its
   jobs (their own ``timeout`` option, else the worker's ``job_timeout``). At the deadline every
   job of the batch fails with :class:`~echomq.JobTimeoutError` (an async processor is
@@ -31,12 +36,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any
 
 from .._redis.retry import stop_tasks
+from .._tracebacks import hands_over
 from ..errors import BatchResultError
 from ..job import Job
 from ..options import Batch
@@ -70,6 +78,8 @@ class Batcher:
         self._processor = processor
         #: the processor's name, for the event-loop watchdog's warnings
         self.__qualname__ = getattr(processor, "__qualname__", type(processor).__name__)
+        #: the note on an exception the processor returned without raising it
+        self._returned_note = f"returned, not raised, by the batch processor {_where(processor)}"
         self._size = batch.size
         self._wait = batch.wait_seconds
         self._is_async = is_async
@@ -80,6 +90,7 @@ class Batcher:
         self._timer: asyncio.TimerHandle | None = None
         self._calls: set[asyncio.Task[None]] = set()  # a reference to every batch call
 
+    @hands_over  # a job's error comes from the batch call, not from here
     async def __call__(self, job: Job) -> Any:
         loop = asyncio.get_running_loop()
         entry = _Entry(job, loop.create_future())
@@ -145,6 +156,8 @@ class Batcher:
                 _settle(entry.future, error)
             return
         for entry, result in zip(entries, results):
+            if isinstance(result, Exception) and result.__traceback__ is None:
+                _add_note(result, self._returned_note)
             _settle(entry.future, result)
 
     async def _run(self, jobs: list[Job]) -> Any:
@@ -180,3 +193,28 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_exception(result)
     else:
         future.set_result(result)
+
+
+def _where(processor: Callable[..., Any]) -> str:
+    """``name (File "path", line N)`` of the function ``processor`` is (or calls), for notes."""
+    target: Any = processor
+    while isinstance(target, functools.partial):
+        target = target.func
+    target = inspect.unwrap(target)
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    code = getattr(target, "__code__", None)
+    if code is None and callable(target):  # a callable object: its class's __call__
+        code = getattr(type(target).__call__, "__code__", None)
+    if not isinstance(code, CodeType):
+        return name
+    return f'{name} (File "{code.co_filename}", line {code.co_firstlineno})'
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """Add ``note`` to ``error``'s ``__notes__`` once (``BaseException.add_note`` of 3.11+,
+    written out for 3.10: the tracebacks echomq formats show the notes on every version)."""
+    notes = getattr(error, "__notes__", None)
+    if notes is None:
+        setattr(error, "__notes__", [note])  # noqa: B010 (not in 3.10's BaseException)
+    elif isinstance(notes, list) and note not in notes:
+        notes.append(note)

@@ -32,6 +32,7 @@ from django.utils.crypto import get_random_string
 
 from ..._keys import queue_keys
 from ..._redis import topology
+from ..._redis.default import default_redis_url
 from ...errors import EchoMQError
 from ...options import JobOptions
 from ...protocol.keys import DEFAULT_PREFIX
@@ -44,7 +45,6 @@ from ._results import (
     to_echomq_priority,
 )
 
-DEFAULT_URL = "redis://localhost:6379/0"
 _OPTION_NAMES = ("url", "prefix", "queue", "job_options")
 
 
@@ -52,7 +52,9 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
     """A ``django.tasks`` backend whose tasks are echomq jobs in Redis.
 
     ``OPTIONS``:
-        url: the Redis URL (default ``redis://localhost:6379/0``).
+        url: the Redis URL; without it, echomq's connection rule
+            (:func:`echomq.default_redis_url`: ``$ECHOMQ_REDIS_URL``, else a running embedded
+            Redis), read when the first queue is opened.
         prefix: the key prefix (default ``bull``).
         queue: the echomq queue of Django's default queue name ``"default"`` (default
             ``"default"``); any other ``queue_name`` is an echomq queue of that name.
@@ -90,7 +92,7 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
                 f"TASKS[{alias!r}]['ENQUEUE_ON_COMMIT'] must be True or False, got {on_commit!r}"
             )
         self.enqueue_on_commit: bool = on_commit
-        self.url: str = options.get("url") or DEFAULT_URL
+        self.url: str | None = options.get("url") or None
         self.prefix: str = options.get("prefix") or DEFAULT_PREFIX
         self.default_queue: str = options.get("queue") or DEFAULT_TASK_QUEUE_NAME
         try:
@@ -125,7 +127,7 @@ class EchoMQBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships no t
             queue = self._queues.get(name)
             if queue is None:
                 if self._client is None:
-                    self._client = client_from_url(self.url)
+                    self._client = client_from_url(self.url or default_redis_url())
                 queue = Queue(
                     name,
                     connection=self._client,

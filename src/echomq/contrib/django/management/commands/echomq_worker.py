@@ -16,8 +16,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, task_backends
 
+from echomq._redis.default import default_redis_url
 from echomq.cli import build_parser, main
 from echomq.contrib.django._backend import EchoMQBackend
+from echomq.errors import ConnectionNotOpenError
 
 PROCESSOR = "echomq.contrib.django.worker:run_task"
 #: Options of ``echomq worker`` whose default the command takes from the backend instead.
@@ -71,8 +73,9 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
         """Build the ``echomq worker`` command line and run it in this process.
 
         Raises:
-            CommandError: the backend is not an EchoMQBackend, or the worker exited with an
-                error (its exit code is kept).
+            CommandError: the backend is not an EchoMQBackend, no Redis URL was set nor found
+                by echomq's connection rule, or the worker exited with an error (its exit code
+                is kept).
         """
         alias = options["backend"]
         backend = task_backends[alias]
@@ -80,7 +83,11 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no types
             raise CommandError(
                 f"TASKS[{alias!r}] is a {type(backend).__name__}, not an EchoMQBackend"
             )
-        code = main(worker_argv(backend, options))
+        try:
+            argv = worker_argv(backend, options)
+        except ConnectionNotOpenError as exc:
+            raise CommandError(str(exc)) from exc
+        code = main(argv)
         if code:
             raise CommandError(f"echomq worker exited with code {code}", returncode=code)
 
@@ -94,7 +101,7 @@ def worker_argv(backend: EchoMQBackend, options: dict[str, Any]) -> list[str]:
         "--queue",
         backend.echomq_queue_name(queue),
         "--url",
-        options.get("url") or backend.url,
+        options.get("url") or backend.url or default_redis_url(),
         "--prefix",
         options.get("prefix") or backend.prefix,
     ]
