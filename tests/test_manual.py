@@ -4,6 +4,7 @@ stalled-check timer, and the recipe of docs/workers.md#manual-processing run as 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import time
@@ -46,19 +47,23 @@ async def test_get_next_job_locks_with_exactly_the_token(redis: Redis, queue_nam
 
 
 async def test_block_waits_for_a_job_added_meanwhile(redis: Redis, queue_name: str) -> None:
-    worker = Worker(queue_name, None, connection=redis, drain_delay=2.0)
+    # The job is added once the worker is seen blocked on the marker; a drain_delay far past
+    # the test's own timeout means only that add can end the wait.
+    worker = Worker(queue_name, None, connection=redis, drain_delay=60.0)
+    name = f"bull:{base64.b64encode(queue_name.encode()).decode()}"
+
+    async def blocked() -> bool:
+        return any(c["name"] == name and c["cmd"] == "bzpopmin" for c in await redis.client_list())
+
+    async def add_once_blocked() -> None:
+        await wait_for(blocked, timeout=10, message="get_next_job never waited on the marker")
+        await echomq.add(queue_name, "late", {}, connection=redis)
+
     try:
-        began = time.monotonic()
-
-        async def add_soon() -> None:
-            await asyncio.sleep(0.3)
-            await echomq.add(queue_name, "late", {}, connection=redis)
-
-        adder = asyncio.create_task(add_soon())
-        job = await worker.get_next_job("tok")
+        adder = asyncio.create_task(add_once_blocked())
+        job = await asyncio.wait_for(worker.get_next_job("tok"), 15)
         await adder
         assert job is not None and job.name == "late"
-        assert 0.25 < time.monotonic() - began < 1.8
     finally:
         await worker.close()
 

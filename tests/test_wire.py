@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import echomq
 from echomq._redis.wire import Channel, open_channel, parse_error
 from echomq.embedded import RedisServer, find_redis_server
+from helpers import wait_for
 
 NAME = "echomq-wire-test"
 
@@ -191,6 +192,11 @@ async def test_clients_a_channel_cannot_mirror_get_none(
         await cluster.aclose()
 
 
+async def one_channel_left(redis: AsyncRedis) -> bool:
+    """Whether only the client pool's own connection of ``NAME`` is left."""
+    return len(await channel_clients(redis)) == 1
+
+
 async def test_a_queue_closes_its_channel_and_a_dropped_queue_releases_it(
     redis_url: str, redis: AsyncRedis, queue_name: str
 ) -> None:
@@ -201,16 +207,14 @@ async def test_a_queue_closes_its_channel_and_a_dropped_queue_releases_it(
         await queue.add("a", {})
         assert len(await channel_clients(redis)) == 2
         await queue.aclose()
-        await asyncio.sleep(0.05)
-        assert len(await channel_clients(redis)) == 1
+        await wait_for(lambda: one_channel_left(redis), message="the queue's channel stayed open")
 
         dropped = echomq.Queue(queue_name, connection=client)
         await dropped.add("b", {})
         assert len(await channel_clients(redis)) == 2
         del dropped
-        gc.collect()
-        await asyncio.sleep(0.05)
-        assert len(await channel_clients(redis)) == 1  # closed, with no ResourceWarning
+        gc.collect()  # closed, with no ResourceWarning
+        await wait_for(lambda: one_channel_left(redis), message="the dropped queue's channel")
         assert await echomq.count(queue_name, connection=client) == 2
     finally:
         await client.aclose()
@@ -261,8 +265,12 @@ async def test_keep_open_reopens_a_lost_connection_without_a_call(
     finally:
         await channel.aclose()
         await client.aclose()
-    await asyncio.sleep(0.05)
-    assert await channel_clients(redis) == []  # closed for good: nothing reopens it
+
+    async def none_left() -> bool:
+        return await channel_clients(redis) == []
+
+    await wait_for(none_left, message="the channel's connection stayed open")
+    assert channel._reopening is None  # closed for good: nothing reopens it
 
 
 # -- the Channel's own connection: error table, handshake, settings --------------------------

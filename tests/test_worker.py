@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 import echomq
 from echomq import Backoff, Job, KeepJobs, Limiter, Worker
+from echomq._ops import scripts
 from echomq.worker import WorkerState
 from echomq.worker._session import Session
 from helpers import wait_for
@@ -547,3 +548,64 @@ async def test_refuses_bad_options() -> None:
         Worker("q", lambda job: None, connection="redis://localhost", concurrency=0)
     with pytest.raises(echomq.InvalidOptionError, match="without spaces"):
         Worker("q", lambda job: None, connection="redis://localhost", name="a b")
+
+
+@pytest.mark.parametrize("batch_finish", [True, False])
+async def test_batch_finish_false_records_one_outcome_per_call(
+    redis_url: str, queue_name: str, batch_finish: bool
+) -> None:
+    """Ten jobs finish at the same moment (a gate holds them all): with ``batch_finish`` their
+    outcomes share finishAndFetch calls; without it each outcome has a call of its own (read
+    under MONITOR: the outcomes a call carries are its second argument). Either way every job
+    runs once and completes once."""
+    n = 10
+    gate = asyncio.Event()
+    runs: list[str] = []
+    sha = scripts.get("finishAndFetch").sha
+
+    async def held(job: Job) -> int:
+        runs.append(job.id)
+        if len(runs) == n:
+            gate.set()
+        await gate.wait()
+        return 1
+
+    client = Redis.from_url(redis_url, decode_responses=True)
+    watcher = Redis.from_url(redis_url, decode_responses=True)
+    sentinel = f"end-{queue_name}"
+    per_call: list[int] = []
+    try:
+        await echomq.add_bulk(queue_name, [("j", {}) for _ in range(n)], connection=client)
+        async with watcher.monitor() as monitor:
+            async with Worker(
+                queue_name, held, connection=client, concurrency=n, batch_finish=batch_finish
+            ):
+                await wait_for(
+                    lambda: _completed_all(client, queue_name, n),
+                    timeout=10,
+                    message="the jobs did not complete",
+                )
+            await client.echo(sentinel)
+            while True:
+                info = await monitor.next_command()
+                words = str(info["command"]).split(" ")
+                if sentinel in words:
+                    break
+                if info["client_type"] != "lua" and words[:2] == ["EVALSHA", sha]:
+                    items = json.loads(words[3 + int(words[2]) + 1])
+                    if items:
+                        per_call.append(len(items))
+        assert len(runs) == n and len(set(runs)) == n
+        assert await client.zcard(f"bull:{queue_name}:completed") == n
+        assert sum(per_call) == n, per_call
+        if batch_finish:
+            assert max(per_call) > 1, per_call
+        else:
+            assert per_call == [1] * n, per_call
+    finally:
+        await client.aclose()
+        await watcher.aclose()
+
+
+async def _completed_all(client: Redis, queue: str, n: int) -> bool:
+    return bool(await client.zcard(f"bull:{queue}:completed") == n)

@@ -155,7 +155,7 @@ def test_a_cli_worker_without_redis_says_so_once_and_starts_when_redis_comes(
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "echomq.cli", "worker", "late_procs:process"]
-            + ["--queue", "late", "--url", url],
+            + ["--queue", "late", "--url", url, "--log-level", "DEBUG"],
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -164,7 +164,12 @@ def test_a_cli_worker_without_redis_says_so_once_and_starts_when_redis_comes(
         )
     server = RedisServer(port=closed_port, data_dir=tmp_path / "redis")
     try:
-        time.sleep(3.0)  # several connect attempts, all refused
+        began = time.monotonic()
+        # several connect attempts, all refused (a DEBUG line each)
+        while f"connecting to Redis at {url} failed (attempt 6)" not in log_path.read_text():
+            assert time.monotonic() - began < 20, log_path.read_text()
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.02)
         text = log_path.read_text()
         waiting = [line for line in text.splitlines() if "cannot reach Redis at" in line]
         assert len(waiting) == 1, text

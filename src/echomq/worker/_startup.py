@@ -50,10 +50,19 @@ async def connect_when_reachable(
     """
     backoff = RetryBackoff(first=0.05, cap=CONNECT_RETRY_CAP)
     warned_at: float | None = None
+    attempts = 0
     while not stopping():
         try:
             await connect()
         except TRANSIENT as exc:  # refused credentials too: they may be fixed meanwhile
+            attempts += 1
+            logger.debug(
+                "queue=%s connecting to Redis at %s failed (attempt %d): %s",
+                queue,
+                address,
+                attempts,
+                exc,
+            )
             now = time.monotonic()
             if warned_at is None or now - warned_at >= UNREACHABLE_WARN_EVERY:
                 warned_at = now
