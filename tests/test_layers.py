@@ -12,6 +12,7 @@ whose ``__init__`` only re-exports, nor to a package the importer is itself insi
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -307,3 +308,57 @@ def test_no_module_imports_a_private_part_of_redis_py() -> None:
                 if parts[0] in ("redis", "hiredis") and any(p.startswith("_") for p in parts):
                     private.setdefault(name, []).append(source)
     assert private == {}, "only redis-py's and hiredis's public modules may be imported"
+
+
+#: Where CONTRIBUTING.md's diagram draws a layer of :data:`LAYERS` that has no row of its own.
+DRAWN_IN = {
+    "sync": "api",
+    "package": "outside",
+    "dashboard": "outside",
+    "cli": "outside",
+    "integrations": "outside",
+}
+
+
+def diagram_rows() -> dict[str, str]:
+    """The rows of CONTRIBUTING.md's layer diagram, in order: each row's name (the word at the
+    start of a line) and its text."""
+    text = (Path(__file__).resolve().parents[1] / "CONTRIBUTING.md").read_text()
+    block = text.split("## How the layers fit", 1)[1].split("```", 2)[1]
+    rows: dict[str, str] = {}
+    name = ""
+    for line in block.splitlines():
+        if line[:1].isalpha():
+            name, _, line = line.partition(" ")
+            rows[name] = ""
+        if name:
+            rows[name] += " " + line
+    return rows
+
+
+def drawn_as(pattern: str) -> str:
+    """How the diagram names a module of :data:`LAYERS`: ``wire.py``, a package as ``sync/``,
+    the package itself as ``__init__.py``, a generated ``*_sync.py`` twin by that pattern."""
+    if pattern == "echomq":
+        return "__init__.py"
+    if pattern.endswith(".*"):
+        return pattern[:-2].rpartition(".")[2] + "/"
+    last = pattern.rpartition(".")[2]
+    if last.endswith("_sync"):  # the generated twins: "*_sync.py beside each"
+        return "*_sync.py"
+    spec = importlib.util.find_spec(pattern)
+    assert spec is not None, pattern
+    return f"{last}/" if spec.submodule_search_locations is not None else f"{last}.py"
+
+
+def test_the_contributing_diagram_draws_every_module_in_its_layer_and_order() -> None:
+    rows = diagram_rows()
+    drawn = [DRAWN_IN.get(layer, layer) for layer, _ in LAYERS]
+    assert list(rows) == list(dict.fromkeys(drawn)), "the diagram's rows are not LAYERS' order"
+    missing = [
+        f"{pattern} (as {drawn_as(pattern)!r} in the row {row!r})"
+        for (layer, patterns), row in zip(LAYERS, drawn)
+        for pattern in patterns
+        if drawn_as(pattern) not in rows[row]
+    ]
+    assert missing == [], f"CONTRIBUTING.md's diagram omits: {missing}"
