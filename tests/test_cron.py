@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
@@ -25,7 +26,7 @@ from zoneinfo import ZoneInfo, available_timezones
 import pytest
 from redis import Redis as SyncRedis
 
-from echomq._cron import every_next_ms, next_cron_ms, validate_cron
+from echomq._cron import next_cron_ms, validate_cron
 from echomq.errors import InvalidOptionError
 
 INTEROP = Path(__file__).resolve().parent / "interop"
@@ -710,7 +711,7 @@ REFUSALS_SAY_WHY = [
         r"month, month, day of week\); a cron pattern is 5 fields \(minute hour day-of-month "
         r"month day-of-week\) or 6 with seconds first, e\.g\. '0 12 \* \* \*' for every day",
     ),
-    ("0 0 12 * * * *", r"7 fields, more than 6; a cron pattern is 5 fields"),
+    ("0 0 12 * * * *", r"7 fields: more than 6 fields; a cron pattern is 5 fields"),
     ("0 0 * FOO *", r"unknown name 'FOO' in the month; a cron pattern is 5 fields"),
     ("30 25 * *", r"hour value 30 is outside 0-23 \(its 4 fields are read as: hour, day"),
 ]
@@ -769,9 +770,12 @@ def test_speed_of_common_patterns() -> None:
 
 
 def test_every_next_matches_bullmq_lua(sync_redis: SyncRedis) -> None:
-    """every_next_ms against BullMQ's own Lua (read from node_modules, run in the test Redis)."""
+    """echomq's every-scheduler rule (lua/includes/every_next.lua, which addJobScheduler and
+    continueScheduler run) against BullMQ's own Lua (read from node_modules), both run in the
+    test Redis on the same 400 random cases: new schedulers (with a start date, a positive,
+    zero or negative offset) and ones with a pending iteration, on time or behind."""
     nodepeer.require_node_modules()
-    include = (
+    bullmq = (
         nodepeer.NODE_MODULES
         / "bullmq"
         / "dist"
@@ -780,14 +784,30 @@ def test_every_next_matches_bullmq_lua(sync_redis: SyncRedis) -> None:
         / "includes"
         / "getJobSchedulerEveryNextMillis.lua"
     ).read_text(encoding="utf-8")
-    script = include + (
+    ours = (resources.files("echomq") / "lua" / "includes" / "every_next.lua").read_text(
+        encoding="utf-8"
+    )
+    arg = (
         "\nlocal function arg(i) if ARGV[i] == '' then return nil end return tonumber(ARGV[i]) end"
-        "\nlocal n, o = getJobSchedulerEveryNextMillis(arg(1), tonumber(ARGV[2]),"
-        " tonumber(ARGV[3]), arg(4), arg(5))\nreturn {n, o}\n"
+    )
+    theirs_script = (
+        bullmq
+        + arg
+        + (
+            "\nlocal n, o = getJobSchedulerEveryNextMillis(arg(1), tonumber(ARGV[2]),"
+            " tonumber(ARGV[3]), arg(4), arg(5))\nreturn {n, o}\n"
+        )
+    )
+    ours_script = (
+        ours
+        + arg
+        + (
+            "\nlocal n, o = every_next(arg(1), tonumber(ARGV[2]), tonumber(ARGV[4]),"
+            " tonumber(ARGV[3]), arg(5))\nreturn {n, o}\n"
+        )
     )
     rng = random.Random(SEED)
     now0 = epoch_ms(2026, 12, 2, 11, 50) + 67
-    pipe = sync_redis.pipeline(transaction=False)
     cases = []
     for _ in range(400):
         every = rng.choice([1, 7, 1000, 60_000, 86_400_000, rng.randint(1, 10_000_000)])
@@ -797,22 +817,18 @@ def test_every_next_matches_bullmq_lua(sync_redis: SyncRedis) -> None:
         start = (
             rng.choice([None, None, now + rng.randint(-every, 3 * every)]) if prev is None else None
         )
-        cases.append((every, now, prev, offset, start))
-        pipe.eval(
-            script,
-            0,
-            "" if prev is None else prev,
-            every,
-            now,
-            offset,
-            "" if start is None else start,
+        cases.append(
+            ("" if prev is None else prev, every, now, offset, "" if start is None else start)
         )
-    replies = pipe.execute()
-    for (every, now, prev, offset, start), reply in zip(cases, replies):
-        got = every_next_ms(every, now, prev_ms=prev, offset_ms=offset, start_ms=start)
-        assert list(got) == [int(v) for v in reply], (every, now, prev, offset, start)
+
+    def run(script: str, case: tuple[Any, ...]) -> list[int]:
+        return [int(v) for v in sync_redis.eval(script, 0, *case)]
+
+    for case in cases:
+        assert run(ours_script, case) == run(theirs_script, case), case
     # The values observed with BullMQ (ADVANCED notes): phase 71, then one interval on.
-    assert every_next_ms(1000, 1_795_943_049_071) == (1_795_943_049_071, 71)
-    assert every_next_ms(10_000, 1_795_943_049_067, offset_ms=1234) == (1_795_943_051_234, 1234)
-    with pytest.raises(InvalidOptionError):
-        every_next_ms(0, 1)
+    assert run(ours_script, ("", 1000, 1_795_943_049_071, 0, "")) == [1_795_943_049_071, 71]
+    assert run(ours_script, ("", 10_000, 1_795_943_049_067, 1234, "")) == [
+        1_795_943_051_234,
+        1234,
+    ]

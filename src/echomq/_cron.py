@@ -69,7 +69,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from .errors import InvalidOptionError
 
-__all__ = ["FORMS", "every_next_ms", "next_cron_ms", "validate_cron"]
+__all__ = ["FORMS", "next_cron_ms", "validate_cron"]
 
 _SEC = 1000
 _MIN = 60 * _SEC
@@ -314,7 +314,7 @@ def _parse_text(pattern: str) -> _Spec:
         raise _refuse(pattern, "longer than 1024 characters")
     atoms = _SPLIT.split(expression.strip(_BLANKS))
     if len(atoms) > 6:
-        raise _refuse(pattern, f"{len(atoms)} fields, more than 6", forms=True)
+        raise _refuse(pattern, f"{len(atoms)} fields: more than 6 fields", forms=True)
     atoms = ["0", "*", "*", "*", "*", "*"][: 6 - len(atoms)] + atoms
     raw_sec, raw_min, raw_hour, raw_dom, raw_month, raw_dow = atoms
 
@@ -704,48 +704,3 @@ def next_cron_ms(
     if found is None:
         return None
     return max(found, after_ms)
-
-
-def every_next_ms(
-    every_ms: int,
-    now_ms: int,
-    *,
-    prev_ms: int | None = None,
-    offset_ms: int = 0,
-    start_ms: int | None = None,
-) -> tuple[int, int]:
-    """The next iteration time of an ``every`` scheduler and the offset to store.
-
-    BullMQ computes this inside its scheduler scripts (so does echomq's
-    ``continueScheduler.lua``, for the ``prev_ms`` case); this is the same rule in Python.
-
-    Args:
-        every_ms: the interval (ms, > 0).
-        now_ms: the current time (ms).
-        prev_ms: the scheduler's current iteration time, or None for a new scheduler.
-        offset_ms: the stored offset (0 when none).
-        start_ms: the scheduler's ``startDate``, if any (used only without ``prev_ms``).
-
-    Returns:
-        ``(next_ms, offset_ms)``: the iteration time and the offset: the given one, or when that
-        is 0 the phase of ``next_ms`` within the interval.
-    """
-    if every_ms <= 0:
-        raise InvalidOptionError(f"every must be a positive number of ms, got {every_ms!r}")
-    if prev_ms is None:
-        if start_ms is not None:
-            nxt = max(start_ms, now_ms)
-        elif offset_ms > 0:
-            nxt = now_ms // every_ms * every_ms + offset_ms
-            if nxt <= now_ms:
-                nxt += every_ms
-        else:
-            nxt = now_ms
-    else:
-        nxt = prev_ms + every_ms
-        if nxt < now_ms:
-            aligned = now_ms // every_ms * every_ms + offset_ms
-            nxt = aligned + every_ms if aligned <= now_ms else aligned
-    if offset_ms == 0:
-        offset_ms = nxt - nxt // every_ms * every_ms
-    return nxt, offset_ms

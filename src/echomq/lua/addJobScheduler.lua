@@ -53,31 +53,12 @@ prev = prev and tonumber(prev) or nil
 
 local next_ms, new_offset
 if every then
-  local offset = tonumber(s["offset"]) or 0
   local base = prev
   if tonumber(old[1]) ~= every then
     base = nil -- the interval changed: start again as a new scheduler
   end
-  if base == nil then
-    local start = tonumber(s["startDate"])
-    if start then
-      next_ms = math.max(start, now)
-    elseif offset > 0 then
-      next_ms = math.floor(now / every) * every + offset
-      if next_ms <= now then
-        next_ms = next_ms + every
-      end
-    else
-      next_ms = now
-    end
-  else
-    next_ms = every_after(base, every, offset, now)
-  end
-  next_ms = math.floor(next_ms)
-  new_offset = offset
-  if offset == 0 then
-    new_offset = next_ms - math.floor(next_ms / every) * every
-  end
+  next_ms, new_offset = every_next(base, every, tonumber(s["offset"]) or 0, now,
+    tonumber(s["startDate"]))
 else
   next_ms = tonumber(ARGV[2])
   new_offset = 0
