@@ -17,7 +17,6 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import redis.asyncio
@@ -49,7 +48,7 @@ from ._registry import Heartbeat
 from ._schedulers import SchedulerContinuer
 from ._stalled import StalledChecker
 from ._startup import connect_when_reachable
-from ._threads import ThreadTracker
+from ._threads import ProcessorThreads, ThreadTracker
 from ._watchdog import LoopWatchdog
 
 logger = logging.getLogger("echomq.worker")
@@ -122,9 +121,7 @@ class Session:
         self.stopped = asyncio.Event()
         self.hand_back = HandBack(keys, conn, self.held)
         self.finisher = Finisher(self)
-        self._executor = ThreadPoolExecutor(
-            max_workers=options.concurrency, thread_name_prefix=f"echomq-{keys.name}"
-        )
+        self._executor = ProcessorThreads(options.concurrency, f"echomq-{keys.name}")
         self._batcher: Batcher | None = None
         if options.batch is not None:  # the processor takes lists of jobs
             if not is_async:  # know which threads outlive close()
@@ -275,10 +272,9 @@ class Session:
         reads it, so more slots are filled by the next fetch, and fewer stop new fetches until
         enough running jobs finish (none is interrupted)."""
         self.options = options
-        # Threads start on demand up to the executor's bound: raise it with the slots (a bound
+        # Threads start on demand up to the pool's bound: raise it with the slots (a bound
         # above the slots does no harm: no more jobs than slots are ever submitted).
-        if options.concurrency > self._executor._max_workers:
-            self._executor._max_workers = options.concurrency
+        self._executor.widen(options.concurrency)
         self.wake_fetcher()
 
     def wake_fetcher(self) -> None:

@@ -6,6 +6,10 @@ returns, and Python waits for such threads before the process exits. :class:`Thr
 wraps a sync processor so that the worker can tell, once closed, which jobs' threads still run
 (``Worker.abandoned_job_ids``); the CLI then exits without waiting for them
 (docs/workers.md#shutdown).
+
+:class:`ProcessorThreads` is the worker's pool of those threads: a ``ThreadPoolExecutor`` bound
+to the worker's concurrency, that a raised concurrency (``Worker.set_concurrency``) widens by
+sending new work to a wider pool while the threads of the old one finish theirs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class ThreadTracker:
@@ -54,3 +62,43 @@ class ThreadTracker:
         """The ids of the jobs whose sync processor is running now."""
         with self._lock:
             return sorted(job_id for ids in self._running.values() for job_id in ids)
+
+
+class ProcessorThreads(Executor):
+    """The threads sync processors run in, at most ``bound`` at once; :meth:`widen` raises it.
+
+    Threads start on demand (``ThreadPoolExecutor``); a wider bound takes effect for the work
+    submitted after it, in a new pool, and the old pool is shut down without waiting, so its
+    threads end once the work they took is done (nothing submitted is cancelled).
+    """
+
+    def __init__(self, bound: int, name: str) -> None:
+        self._name = name
+        self._bound = bound
+        self._pool = ThreadPoolExecutor(max_workers=bound, thread_name_prefix=name)
+        self._lock = threading.Lock()
+
+    @property
+    def bound(self) -> int:
+        """The most threads that run processors at once."""
+        return self._bound
+
+    def widen(self, bound: int) -> None:
+        """Allow ``bound`` threads from now on, when that is more than today (a lower bound
+        changes nothing: the worker submits no more jobs than its slots)."""
+        with self._lock:
+            if bound <= self._bound:
+                return
+            old, self._bound = self._pool, bound
+            self._pool = ThreadPoolExecutor(max_workers=bound, thread_name_prefix=self._name)
+        old.shutdown(wait=False)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        with self._lock:
+            pool = self._pool
+        return pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            pool = self._pool
+        pool.shutdown(wait=wait, cancel_futures=cancel_futures)
