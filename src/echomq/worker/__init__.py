@@ -14,8 +14,9 @@ fetching, wait a grace period, cancel and hand back). The package is split by jo
 - ``_batches``: with ``batch=Batch(...)``, gathering jobs into one processor call;
 - ``_fetch`` (the marker wait), ``_locks``, ``_stalled``, ``_outages`` (riding through a busy,
   full or unreachable Redis), ``_schedulers``, ``_hooks``, ``_cancel`` (and its control
-  channel), ``_manual`` (taking jobs by hand), ``_pool`` (``processes=N``), ``_timeouts``,
-  ``_watchdog``, ``_startup``, ``_threads``, ``_metrics``.
+  channel), ``_manual`` (taking jobs by hand), ``_pool`` (``processes=N``: the parent's pool;
+  ``_pool_child`` the child's side and the wire; ``_import_path`` how a child finds the
+  processor), ``_timeouts``, ``_watchdog``, ``_startup`` (waiting for Redis, start-up checks), ``_threads``, ``_metrics``.
 """
 
 from __future__ import annotations
@@ -49,10 +50,9 @@ from ._lifecycle import Lifecycle, WorkerState
 from ._manual import ManualFetcher
 from ._metrics import install as install_metrics
 from ._pool import ProcessPool
-from ._pooling import check_pool_options, warn_at_start_up
 from ._schedulers import SchedulerContinuer
 from ._session import Session
-from ._startup import check_reachable
+from ._startup import check_pool_options, check_reachable, warn_at_start_up
 from ._threads import ThreadTracker
 
 if TYPE_CHECKING:  # the optional extra echomq[prometheus]

@@ -14,7 +14,8 @@ fails exactly that job; the child is then replaced.
 threads (the thread pool, redis-py, asyncio's executor) and an event loop with open sockets.
 ``fork`` would copy locks held by those threads and the loop's file descriptors into the
 child. ``forkserver`` forks each child from a small single-threaded server started clean, so a
-child starts fast (no new interpreter; the server preloads this module, hence ``echomq``)
+child starts fast (no new interpreter; the server preloads the child's module,
+:mod:`._pool_child`, hence ``echomq``)
 and shares nothing with the loop. ``spawn`` (Windows) is slower at start-up but equally clean.
 As with any ``multiprocessing`` use, a script that starts a pooled worker must guard its entry
 point with ``if __name__ == "__main__":``.
@@ -37,35 +38,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import json
 import logging
 import multiprocessing
-import os
 import signal
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from .._json import dumps
-from .._keys import queue_keys
-from .._tracebacks import format_failure, stacktrace_limit
 from ..errors import (
-    EchoMQError,
     InvalidOptionError,
     JobTimeoutError,
-    PayloadError,
     ProcessorCrashedError,
     RateLimitError,
     UnrecoverableError,
 )
 from ..job import Job
-from ..sync import Job as SyncJob
+from ._pool_child import child_main, job_message, receive, send
 
 logger = logging.getLogger("echomq.worker")
 
@@ -83,192 +75,8 @@ def _context() -> BaseContext:
     # replaces multiprocessing's process-wide default (["__main__"]): the server must not run
     # the user's script (a processor in __main__ is refused anyway). It takes effect only if
     # the server has not started yet.
-    ctx.set_forkserver_preload([__name__])
+    ctx.set_forkserver_preload([child_main.__module__])
     return ctx
-
-
-# -- the processor's import path -------------------------------------------------------------
-
-
-def processor_path(processor: Any) -> str:
-    """The ``module:qualname`` a child imports ``processor`` by.
-
-    Raises:
-        InvalidOptionError: ``processor`` cannot be imported by path (a lambda, a nested
-            function, a callable instance, something defined in ``__main__``, or a name that
-            resolves to another object).
-    """
-    module = getattr(processor, "__module__", None)
-    qualname = getattr(processor, "__qualname__", None)
-    what = f"processor {processor!r} cannot run with processes > 0"
-    if not isinstance(module, str) or not isinstance(qualname, str):
-        raise InvalidOptionError(
-            f"{what}: a child process imports it by 'module:function', and it has no "
-            "module-level name; use a function defined at the top level of a module"
-        )
-    if "<" in qualname:  # <lambda>, <locals>
-        raise InvalidOptionError(
-            f"{what}: {qualname} is a lambda or a nested function, which a child process "
-            "cannot import; define it at the top level of a module"
-        )
-    if module == "__main__":
-        raise InvalidOptionError(
-            f"{what}: it is defined in __main__, which a child process cannot import by "
-            "name; move it into a module (e.g. tasks.py) and import it from there"
-        )
-    path = f"{module}:{qualname}"
-    try:
-        found = load_processor(path)
-    except Exception as exc:
-        raise InvalidOptionError(f"{what}: importing {path} failed: {exc}") from None
-    if found is not processor:
-        raise InvalidOptionError(
-            f"{what}: {path} names another object (a decorator that does not keep "
-            "__qualname__?); a child process would run that one"
-        )
-    return path
-
-
-def load_processor(path: str) -> Callable[[Any], Any]:
-    """Import ``module:qualname`` and return the object it names."""
-    module_name, _, qualname = path.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise TypeError(f"{path} is not callable")
-    return obj  # type: ignore[no-any-return]
-
-
-# -- the child side ----------------------------------------------------------------------------
-
-
-def _send(conn: Connection, message: dict[str, Any]) -> None:
-    conn.send_bytes(dumps(message, "message").encode())
-
-
-def _receive(conn: Connection) -> dict[str, Any]:
-    message = json.loads(conn.recv_bytes())
-    assert isinstance(message, dict)
-    return message
-
-
-class _NoConnection:
-    """The connection of a child's job: there is none (only progress and logs cross)."""
-
-    def _refuse(self, *_: Any) -> Any:
-        raise EchoMQError(
-            "a job in a process-pool child can only update_progress() and log(); other job "
-            "methods need the worker's connection (use processes=0, or an async processor)"
-        )
-
-    run = run_plan = _refuse
-
-
-class ChildJob(SyncJob):
-    """The job a pooled processor receives: a :class:`echomq.sync.Job` whose ``log()`` and
-    ``update_progress()`` ask the worker to run them (the child has no connection)."""
-
-    __slots__ = ("_pipe",)
-    _pipe: Connection
-
-    def log(self, line: str) -> int:
-        """Append a line to the job's log (run by the worker); the number of lines."""
-        return int(_call(self._pipe, "log", line))
-
-    def update_progress(self, progress: float | dict[str, Any]) -> None:
-        """Record the job's progress (run by the worker) and emit a ``progress`` event."""
-        dumps(progress, "progress")
-        _call(self._pipe, "progress", progress)
-        self.progress = progress
-
-
-def _child_job(conn: Connection, fields_: dict[str, Any]) -> ChildJob:
-    processed_on = fields_["processed_on"]
-    job = ChildJob(
-        id=fields_["id"],
-        name=fields_["name"],
-        data=fields_["data"],
-        queue_name=fields_["queue_name"],
-        timestamp=datetime.fromtimestamp(fields_["timestamp"], tz=timezone.utc),
-        delay=fields_["delay"],
-        priority=fields_["priority"],
-        attempts_made=fields_["attempts_made"],
-        attempts_started=fields_["attempts_started"],
-        stalled_counter=fields_["stalled_counter"],
-        processed_on=(
-            None if processed_on is None else datetime.fromtimestamp(processed_on, tz=timezone.utc)
-        ),
-        processed_by=fields_["processed_by"],
-        progress=fields_["progress"],
-        parent_key=fields_["parent_key"],
-        repeat_job_key=fields_["repeat_job_key"],
-        deduplication_id=fields_["deduplication_id"],
-        wire_options=fields_["wire_options"],
-    )
-    job._keys = queue_keys(fields_["queue_name"], fields_["prefix"])
-    job._conn = _NoConnection()
-    job._token = fields_["token"]
-    job._pipe = conn
-    return job
-
-
-def _call(conn: Connection, name: str, arg: Any) -> Any:
-    _send(conn, {"call": name, "arg": arg})
-    reply = _receive(conn)
-    if "reply_error" in reply:
-        raise EchoMQError(f"job.{name} failed in the worker: {reply['reply_error']}")
-    return reply.get("reply")
-
-
-def _error_message(exc: BaseException, traced: bool = True) -> dict[str, Any]:
-    """What the parent needs to fail the attempt; ``traced``: with the traceback (not for a job
-    whose ``stackTraceLimit`` is 0)."""
-    kind = None
-    if isinstance(exc, UnrecoverableError):
-        kind = "unrecoverable"
-    elif isinstance(exc, RateLimitError):
-        kind = "rate_limit"
-    return {
-        "message": str(exc) or type(exc).__name__,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "traceback": format_failure(exc) if traced else "",
-        "kind": kind,
-    }
-
-
-def child_main(path: str, conn: Connection, sys_path: list[str]) -> None:
-    """A child's life: import the processor, then run one job per message until told to stop
-    or the pipe closes (the worker is gone)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.path[:] = sys_path
-    try:
-        processor = load_processor(path)
-    except BaseException as exc:
-        _send(conn, {"fatal": f"importing {path} failed: {type(exc).__name__}: {exc}"})
-        return
-    _send(conn, {"ready": os.getpid()})
-    while True:
-        try:
-            message = _receive(conn)
-        except (EOFError, OSError):
-            return
-        if "job" not in message:
-            return
-        job = _child_job(conn, message["job"])
-        try:
-            value = processor(job)
-        except BaseException as exc:
-            _send(conn, {"error": _error_message(exc, stacktrace_limit(job.wire_options) != 0)})
-            continue
-        try:
-            text = dumps({"result": value}, "return value")
-        except PayloadError as exc:
-            traced = stacktrace_limit(job.wire_options) != 0
-            _send(conn, {"error": {**_error_message(exc, traced), "kind": "unrecoverable"}})
-            continue
-        conn.send_bytes(text.encode())
 
 
 # -- the parent side ---------------------------------------------------------------------------
@@ -308,32 +116,6 @@ def crash_reason(exitcode: int | None) -> str:
             name = ""
         return f"the worker process running the job exited with signal {-exitcode}{name}"
     return f"the worker process running the job exited with code {exitcode}"
-
-
-def job_message(job: Job) -> dict[str, Any]:
-    """What a child needs to rebuild ``job`` (JSON)."""
-    keys = job._keys
-    return {
-        "id": job.id,
-        "name": job.name,
-        "data": job.data,
-        "queue_name": job.queue_name,
-        "prefix": keys.prefix if keys is not None else "bull",
-        "timestamp": job.timestamp.timestamp(),
-        "delay": job.delay,
-        "priority": job.priority,
-        "attempts_made": job.attempts_made,
-        "attempts_started": job.attempts_started,
-        "stalled_counter": job.stalled_counter,
-        "processed_on": None if job.processed_on is None else job.processed_on.timestamp(),
-        "processed_by": job.processed_by,
-        "progress": job.progress,
-        "parent_key": job.parent_key,
-        "repeat_job_key": job.repeat_job_key,
-        "deduplication_id": job.deduplication_id,
-        "wire_options": job.wire_options,
-        "token": job._token,
-    }
 
 
 class _Deadline(Exception):
@@ -417,7 +199,7 @@ class ProcessPool:
                     f"a worker process did not start within {START_TIMEOUT:g} s"
                 )
             try:
-                hello = _receive(child.conn)
+                hello = receive(child.conn)
             except (EOFError, OSError):
                 await _readable(child.process.sentinel, timeout=STOP_TIMEOUT)
                 raise InvalidOptionError(
@@ -514,7 +296,7 @@ class ProcessPool:
                 reply = {"reply_error": f"unknown call {message['call']!r}"}
         except Exception as exc:
             reply = {"reply_error": f"{type(exc).__name__}: {exc}"}
-        _send(child.conn, reply)
+        send(child.conn, reply)
 
     async def _receive(self, child: _Child, deadline: float | None) -> dict[str, Any]:
         conn, process = child.conn, child.process
@@ -522,7 +304,7 @@ class ProcessPool:
         while True:
             if conn.poll():
                 try:
-                    return _receive(conn)
+                    return receive(conn)
                 except (EOFError, OSError):
                     break
             if process.exitcode is not None:
@@ -566,7 +348,7 @@ class ProcessPool:
                 child.process.kill()
         else:
             with contextlib.suppress(Exception):
-                _send(child.conn, {"stop": True})
+                send(child.conn, {"stop": True})
         self._track(self._reap(child))
 
     def _track(self, coro: Any) -> asyncio.Task[None]:

@@ -10,14 +10,19 @@ Fail fast: a worker given ``connect_timeout`` checks that Redis answers before i
 raises a clear error instead of waiting. The check is about configuration (a wrong URL, host,
 port or password), which no retry fixes; once started, a worker rides out outages (its loops
 log, back off and retry).
+
+Checks of process isolation and timeouts (:func:`check_pool_options`, :func:`warn_at_start_up`)
+run before any job is taken: what cannot work is refused, what cannot be enforced is said.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from redis.exceptions import AuthenticationError, AuthorizationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,7 +30,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._redis.connection import AsyncConn
 from .._redis.retry import TRANSIENT, RetryBackoff
-from ..errors import RedisUnavailableError
+from ..errors import InvalidOptionError, RedisUnavailableError
+from ..options import WorkerOptions
+from ._import_path import processor_path
 
 logger = logging.getLogger("echomq.worker")
 
@@ -119,3 +126,58 @@ async def check_reachable(conn: AsyncConn, budget: float, queue: str) -> None:
             "check the password in the URL",
             address=where,
         ) from exc
+
+
+# -- checks of process isolation and timeouts, before any job is taken -----------------------
+
+
+def is_async_processor(processor: Any) -> bool:
+    """Whether ``processor`` is ``async def`` (or a callable whose ``__call__`` is)."""
+    return inspect.iscoroutinefunction(processor) or inspect.iscoroutinefunction(
+        getattr(processor, "__call__", None)  # noqa: B004
+    )
+
+
+def check_pool_options(processor: Any, options: WorkerOptions) -> str | None:
+    """The import path of a processor to run in ``options.processes`` children, or None for
+    no pool.
+
+    Raises:
+        InvalidOptionError: ``processes`` is set for an async processor, or the processor
+            cannot be imported by path in a child.
+    """
+    if options.processes == 0:
+        if options.max_tasks_per_child is not None:
+            raise InvalidOptionError("max_tasks_per_child needs processes >= 1")
+        return None
+    if is_async_processor(processor):
+        raise InvalidOptionError(
+            f"processes={options.processes} runs sync processors (def) in child processes; "
+            f"{getattr(processor, '__qualname__', processor)!r} is async and runs on the event "
+            "loop: drop processes, or make the processor a plain def"
+        )
+    return processor_path(processor)
+
+
+def warn_at_start_up(processor: Any, options: WorkerOptions, queue: str) -> None:
+    """Say at start-up that a sync processor in threads cannot be stopped at its timeout, and
+    that a pool larger than ``concurrency`` leaves children idle."""
+    if options.processes > options.concurrency:
+        logger.warning(
+            "queue=%s processes=%d but concurrency=%d: only %d child process(es) will ever be "
+            "busy; give concurrency >= processes (Worker(processes=N) alone sets both)",
+            queue,
+            options.processes,
+            options.concurrency,
+            options.concurrency,
+            extra={"queue": queue, "status": "pool-underused"},
+        )
+    if options.job_timeout is None or options.processes or is_async_processor(processor):
+        return
+    logger.warning(
+        "queue=%s job_timeout is set but the processor is a sync def running in threads "
+        "(processes=0), which cannot be stopped: at the deadline the job fails and its slot "
+        "is freed, but the thread keeps running; use processes=N to have it killed",
+        queue,
+        extra={"queue": queue, "status": "timeout-unenforceable"},
+    )
