@@ -16,7 +16,8 @@ fetching, wait a grace period, cancel and hand back). The package is split by jo
   full or unreachable Redis), ``_schedulers``, ``_hooks``, ``_cancel`` (and its control
   channel), ``_manual`` (taking jobs by hand), ``_pool`` (``processes=N``: the parent's pool;
   ``_pool_child`` the child's side and the wire; ``_import_path`` how a child finds the
-  processor), ``_timeouts``, ``_watchdog``, ``_startup`` (waiting for Redis, start-up checks), ``_threads``, ``_metrics``.
+  processor), ``_timeouts``, ``_watchdog``, ``_startup`` (waiting for Redis, start-up
+  checks), ``_threads``, ``_metrics``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import enum
 import functools
 import inspect
 import logging
@@ -49,8 +50,23 @@ logger = logging.getLogger("echomq.worker")
 T = TypeVar("T")
 
 
-#: The status of a cancelled job the worker puts back in wait (``cancel_job(requeue=True)``).
-REQUEUE = "cancelled-requeued"
+class Status(str, enum.Enum):
+    """What happened to a job's attempt: the ``status`` of its log line (and ``extra``)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRY = "retry"
+    RETRY_DELAYED = "retry-delayed"
+    CANCELLED = "cancelled"
+    #: cancelled with ``requeue=True``: the worker puts the job back in wait
+    REQUEUED = "cancelled-requeued"
+    #: the processor raised RateLimitError: the worker puts the job back and holds off fetching
+    RATE_LIMITED = "rate-limited"
+    #: the processor moved the job itself (DelayedError, WaitingChildrenError)
+    MOVED = "moved"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Processor(Protocol):
@@ -111,7 +127,7 @@ class Outcome:
     """What happened to a job: the finish item to record, if any, and how to log it."""
 
     item: list[Any] | None
-    status: str
+    status: Status
     detail: str = ""
     #: what the attempt failed with (failures, retries and cancels)
     error: BaseException | None = None
@@ -128,7 +144,6 @@ class JobRunner:
         options: WorkerOptions,
         backoff_strategy: BackoffStrategy | None,
         executor: Executor | None,
-        rate_limited: Callable[[Job, str], Awaitable[None]],
         pool: ProcessPool | None = None,
         telemetry: Telemetry | None = None,
         worker: tuple[str, str | None] = ("", None),
@@ -150,7 +165,6 @@ class JobRunner:
         self._options = options
         self._backoff = backoff_strategy
         self._executor = executor
-        self._rate_limited = rate_limited
 
     async def _call_processor(self, job: Job) -> Any:
         if self._is_async:
@@ -217,7 +231,7 @@ class JobRunner:
     def _fail(self, job: Job, token: str, error: BaseException) -> Outcome:
         reason, trace, update = self._failure_fields(job, error)
         item = self._final_item(job, token, reason, completed=False, update=update)
-        return Outcome(item, "failed", reason, error, trace)
+        return Outcome(item, Status.FAILED, reason, error, trace)
 
     async def _traced_run(self, job: Job, token: str) -> Outcome:
         """:meth:`_run` inside a ``process <queue>`` span (see :mod:`echomq.telemetry`)."""
@@ -236,7 +250,8 @@ class JobRunner:
         carrier = metadata if isinstance(metadata, str) else None
         with tel.processing(job.queue_name, carrier, attributes) as span:
             outcome = await self._run(job, token)
-            tel.outcome(span, job.queue_name, outcome.status, job.attempts_made, outcome.error)
+            status = outcome.status.value
+            tel.outcome(span, job.queue_name, status, job.attempts_made, outcome.error)
         return outcome
 
     async def _run(self, job: Job, token: str) -> Outcome:
@@ -268,10 +283,9 @@ class JobRunner:
             else:
                 result = await self._call_within(job, timeout)
         except (DelayedError, WaitingChildrenError) as exc:
-            return Outcome(None, "moved", type(exc).__name__)
-        except RateLimitError:
-            await self._rate_limited(job, token)
-            return Outcome(None, "rate-limited")
+            return Outcome(None, Status.MOVED, type(exc).__name__)
+        except RateLimitError:  # the worker puts the job back (see Status.RATE_LIMITED)
+            return Outcome(None, Status.RATE_LIMITED)
         except JobCancelledError as exc:  # job.raise_if_cancelled() in a sync processor
             return self._cancelled(job, token, exc)
         except asyncio.CancelledError:
@@ -294,16 +308,16 @@ class JobRunner:
             return self._fail(job, token, UnrecoverableError(str(exc)))
         job.return_value = result
         item = self._final_item(job, token, value, completed=True)
-        return Outcome(item, "completed")
+        return Outcome(item, Status.COMPLETED)
 
     def _cancelled(self, job: Job, token: str, error: JobCancelledError) -> Outcome:
         """A cancelled job fails with the cancel's reason, without retry; or, when the cancel
-        asked for it, goes back to wait (the worker does that on seeing ``REQUEUE``)."""
+        asked for it, goes back to wait (the worker does that on seeing ``Status.REQUEUED``)."""
         run = job._run
         if run is not None and run.requeue:
-            return Outcome(None, REQUEUE, error.reason, error)
+            return Outcome(None, Status.REQUEUED, error.reason, error)
         outcome = self._fail(job, token, error)
-        outcome.status = "cancelled"
+        outcome.status = Status.CANCELLED
         return outcome
 
     def _refuse_corrupt(self, job: Job, token: str, reason: str) -> Outcome:
@@ -339,16 +353,18 @@ class JobRunner:
             item = wops.finish_item(
                 wops.DELAY, job.id, token, fields=update, delay_ms=delay, group=job.group
             )
-            return Outcome(item, "retry-delayed", f"{reason} (retry in {delay} ms)", error, trace)
+            return Outcome(
+                item, Status.RETRY_DELAYED, f"{reason} (retry in {delay} ms)", error, trace
+            )
         lifo = job.wire_options.get("lifo") is True
         item = wops.finish_item(
             wops.RETRY, job.id, token, fields=update, flag=lifo, group=job.group
         )
-        return Outcome(item, "retry", reason, error, trace)
+        return Outcome(item, Status.RETRY, reason, error, trace)
 
 
 #: Statuses of a failed attempt: logged at WARNING (the final failure with its traceback).
-FAILED_STATUSES = frozenset({"failed", "retry", "retry-delayed"})
+FAILED_STATUSES = frozenset({Status.FAILED, Status.RETRY, Status.RETRY_DELAYED})
 _LINE = "queue=%s job=%s name=%s attempt=%d %s in %.3fs%s"
 
 
@@ -368,7 +384,7 @@ def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
         job.id,
         job.name,
         attempt,
-        outcome.status,
+        outcome.status.value,
         duration,
         f": {outcome.detail}" if outcome.detail else "",
     )
@@ -377,12 +393,12 @@ def log_outcome(queue: str, job: Job, outcome: Outcome, started: float) -> None:
         "job_id": job.id,
         "job_name": job.name,
         "attempt": attempt,
-        "status": outcome.status,
+        "status": outcome.status.value,
         "duration": duration,
     }
     error = outcome.error
     exc_info = None
-    if outcome.status == "failed" and outcome.trace is not None and error is not None:
+    if outcome.status is Status.FAILED and outcome.trace is not None and error is not None:
         exc_info = (type(error), error, error.__traceback__)
     # The record Logger.log would make, without its walk up the stack for the caller: here.
     here = sys._getframe()

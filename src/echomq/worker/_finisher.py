@@ -25,7 +25,7 @@ from .._redis.retry import stop_tasks
 from ..errors import PendingChildrenError, ScriptError, UnrecoverableError, error_for_code
 from ..job import Job
 from ..protocol import codes
-from ._execute import REQUEUE, Outcome, log_outcome
+from ._execute import Outcome, Status, log_outcome
 from ._outages import OutageLog
 
 if TYPE_CHECKING:
@@ -198,9 +198,9 @@ class Finisher:
     def emit_outcome(self, job: Job, outcome: Outcome) -> None:
         """The ``completed`` / ``failed`` hooks of a recorded outcome."""
         hooks = self._session.hooks
-        if outcome.status == "completed":
+        if outcome.status is Status.COMPLETED:
             hooks.emit("completed", job, job.return_value)
-        elif outcome.error is not None and outcome.status != REQUEUE:
+        elif outcome.error is not None and outcome.status is not Status.REQUEUED:
             hooks.emit("failed", job, outcome.error)
 
     def _record(
@@ -211,7 +211,7 @@ class Finisher:
         *,
         after_error: bool = False,
     ) -> None:
-        if code in _CHILDREN_CODES and finished.outcome.status == "completed":
+        if code in _CHILDREN_CODES and finished.outcome.status is Status.COMPLETED:
             self._refuse_completion(finished, code)  # the job stays held: it is still locked
             return
         self._session.held.pop(finished.token, None)

@@ -35,7 +35,7 @@ from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
 from ._batches import Batcher
 from ._cancel import CLOSING_REASON, ControlListener, request_cancel
-from ._execute import REQUEUE, JobRunner, log_outcome
+from ._execute import JobRunner, Status, log_outcome
 from ._fetch import MarkerWaiter
 from ._finisher import Finished, Finisher
 from ._handback import FINISH_DEADLINE, HandBack
@@ -144,7 +144,6 @@ class Session:
             options,
             backoff_strategy,
             self._executor,
-            self.rate_limited,
             pool=pool,
             telemetry=telemetry,
             worker=(worker_id, options.name),
@@ -565,8 +564,10 @@ class Session:
                 if self._is_async:
                     self._watchdog.note(job.id)
                 outcome = await self.runner.run(job, token)
-                if outcome.status == REQUEUE:  # cancel_job(requeue=True)
+                if outcome.status is Status.REQUEUED:  # cancel_job(requeue=True)
                     await self.hand_back.return_to_wait(job.id, token, "cancel")
+                elif outcome.status is Status.RATE_LIMITED:
+                    await self.rate_limited(job, token)
             except asyncio.CancelledError:  # closing: close() hands the job back
                 self.running.pop(token, None)
                 self.runs.pop(token, None)
