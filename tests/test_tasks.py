@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 import types
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -335,6 +336,31 @@ async def test_for_tasks_dispatches_by_name_and_fails_unknown_names(
     assert h["failedReason"] == (
         "no task named 'resize' in this worker; known tasks: count-words, send_welcome"
     )
+
+
+async def test_a_sync_task_beside_an_async_one_runs_in_the_workers_threads(
+    redis: Redis, queue_name: str
+) -> None:
+    """In a queue whose tasks mix ``def`` and ``async def``, the sync task runs where the worker
+    runs sync processors (its own threads, which it tracks and bounds), not in the event loop's
+    default executor."""
+    seen: list[str] = []
+
+    @echomq.task(queue=queue_name)
+    def blocking(x: int) -> int:
+        seen.append(threading.current_thread().name)
+        return x * 2
+
+    @echomq.task(queue=queue_name)
+    async def awaiting(x: int) -> int:
+        return x + 1
+
+    a = await blocking.using(connection=redis).aenqueue(21)
+    b = await awaiting.using(connection=redis).aenqueue(1)
+    async with Worker.for_tasks([blocking, awaiting], connection=redis, **FAST):
+        assert await blocking.using(connection=redis).aresult(a, timeout=10) == 42
+        assert await awaiting.using(connection=redis).aresult(b, timeout=10) == 2
+    assert len(seen) == 1 and seen[0].startswith(f"echomq-{queue_name}"), seen
 
 
 async def test_tasks_on_several_queues_need_one_worker_each(redis: Redis, queue_name: str) -> None:

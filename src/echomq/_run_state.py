@@ -7,12 +7,16 @@ a plain attribute, written once. Progress a processor records is passed to the w
 ``progress`` hooks on the worker's loop, whichever thread recorded it. Callbacks
 registered with :meth:`RunState.add_cancel_callback` (an executor that must stop something of
 its own, such as a child process) run on the worker's loop when the job is cancelled.
+``run_blocking``, when the worker sets it, runs a blocking function for the job the way the
+worker runs a sync processor (in its own threads, which it tracks, given the job's blocking
+twin): an async processor that hands part of its work to sync code (the task dispatcher of a
+queue whose tasks mix ``def`` and ``async def``) uses it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -29,6 +33,7 @@ class RunState:
         "in_processor",
         "reason",
         "requeue",
+        "run_blocking",
     )
 
     def __init__(
@@ -47,6 +52,8 @@ class RunState:
         #: the processor is running now / has ended
         self.in_processor = False
         self.done = False
+        #: run ``fn(blocking job)`` in the worker's threads (see the module docstring)
+        self.run_blocking: Callable[[Callable[[Any], Any], Any], Awaitable[Any]] | None = None
 
     @property
     def cancelled(self) -> bool:

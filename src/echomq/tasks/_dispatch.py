@@ -7,7 +7,9 @@ A worker processes one queue, so the tasks given to one dispatcher share a queue
 When every task of a queue is a plain ``def``, the processor is a plain callable: the worker
 runs it in its thread pool as it runs any sync processor (timeouts and the close grace apply
 alike). When one of them is ``async def``, the processor is a coroutine function and the sync
-tasks among them run in the event loop's default executor, with the job's context copied.
+tasks among them run where the worker runs sync processors (``RunState.run_blocking``: its
+threads, which it tracks, given an :class:`echomq.sync.Job`), with the job's context copied;
+outside a worker, in the event loop's default executor.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ class AsyncDispatcher(_Dispatcher):
         found = self.task_for(job)
         if found.is_async:
             return await found.arun_job(job)
+        run_blocking = getattr(getattr(job, "_run", None), "run_blocking", None)
+        if run_blocking is not None:  # a worker's: its threads, tracked
+            return await run_blocking(found.run_job, job)
         ctx = contextvars.copy_context()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, functools.partial(ctx.run, found.run_job, job))
