@@ -45,9 +45,8 @@ from ..tasks._dispatch import TaskSource, dispatcher, select_queue
 from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
 from ._execute import Processor
-from ._handback import FINISH_DEADLINE
 from ._hooks import EVENTS, HookEvent, Hooks, HooksMixin
-from ._lifecycle import Lifecycle, WorkerState
+from ._lifecycle import FINISH_DEADLINE, Lifecycle, WorkerState
 from ._manual import ManualFetcher
 from ._metrics import install as install_metrics
 from ._pool import ProcessPool
@@ -148,9 +147,11 @@ class Worker(HooksMixin):
         connection = resolve_connection(connection)
         check_cluster_keys(connection, self._keys)
         self._conn = AsyncConn(connection, pipelined=True, connect_timeout=self._connect_timeout)
-        self._schedulers = SchedulerContinuer(self._keys, self._conn, self._give_up)
         self.id = str(uuid.uuid4())
         self._life = Lifecycle()
+        self._schedulers = SchedulerContinuer(
+            self._keys, self._conn, self._life.finish_deadline_passed
+        )
         self._hooks = Hooks()
         if metrics_registry is not None:  # Prometheus metrics, updated by hooks
             install_metrics(self._hooks, queue, metrics_registry)
@@ -492,11 +493,6 @@ class Worker(HooksMixin):
                 self._life.move(WorkerState.CLOSED)
             await self._conn.aclose()
             raise
-
-    def _give_up(self) -> bool:
-        """Whether a call meeting an outage should stop retrying (see ``HandBack.give_up``)."""
-        session = self._session
-        return session is not None and session.give_up()
 
 
 def _batch_concurrency(options: WorkerOptions, *, explicit: bool) -> WorkerOptions:

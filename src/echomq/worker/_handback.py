@@ -3,48 +3,43 @@
 A job the worker holds but will not finish (taken while closing, cancelled with ``requeue``,
 rate-limited, cut at the end of the grace period, or met by a bug of ours) goes back to the
 front of ``wait`` at once with moveJobFromActiveToWait, rather than waiting out its lock for the
-stalled check. Calls ride through outages like every other call of the worker, until
-:meth:`HandBack.give_up` says the closing worker's deadline has passed.
+stalled check. Calls ride through outages like every other call of the worker, until the
+closing worker's deadline has passed (``give_up``, the lifecycle's
+:meth:`~._lifecycle.Lifecycle.finish_deadline_passed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from .._ops import worker as wops
 from .._redis.connection import AsyncConn
 from ..errors import error_for_code
 from ..protocol import codes
 from ..protocol.keys import QueueKeys
+from ._lifecycle import FINISH_DEADLINE
 from ._outages import OutageLog, call_through_outages
 
 logger = logging.getLogger("echomq.worker")
-
-#: Seconds ``close()`` keeps trying, after the grace period, to record outcomes and hand jobs
-#: back through a busy or unreachable Redis (the CLI's own stop deadline is 15 s later).
-FINISH_DEADLINE = 10.0
 
 
 class HandBack:
     """Hands held jobs back; ``held`` (token -> job id) loses each job once handed back."""
 
-    def __init__(self, keys: QueueKeys, conn: AsyncConn, held: dict[str, str]) -> None:
+    def __init__(
+        self,
+        keys: QueueKeys,
+        conn: AsyncConn,
+        held: dict[str, str],
+        give_up: Callable[[], bool],
+    ) -> None:
         self._keys = keys
         self._conn = conn
         self._held = held
+        self._give_up = give_up  # the closing worker's deadline has passed
         self._tasks: dict[str, asyncio.Task[None]] = {}  # token -> hand-back task
-        self._deadline: float | None = None
-
-    def start_deadline(self) -> None:
-        """From now on, calls meeting an outage give up after :data:`FINISH_DEADLINE`."""
-        self._deadline = asyncio.get_running_loop().time() + FINISH_DEADLINE
-
-    def give_up(self) -> bool:
-        """Whether a call meeting an outage should stop retrying: only once ``close()`` has
-        passed its deadline. A running worker keeps trying while its locks are renewed."""
-        deadline = self._deadline
-        return deadline is not None and asyncio.get_running_loop().time() > deadline
 
     def spawn(self, job_id: str, token: str, why: str) -> None:
         """Hand a job back in a task of its own (once per token)."""
@@ -105,7 +100,7 @@ class HandBack:
         log = OutageLog(f"queue={self._keys.name} job={job_id} {what}")
         try:
             code = await call_through_outages(
-                log.what, lambda _resend: self._conn.run(op), self.give_up, log=log
+                log.what, lambda _resend: self._conn.run(op), self._give_up, log=log
             )
         finally:
             self._held.pop(token, None)

@@ -24,12 +24,23 @@ in. A worker that stopped renewing while it waited for its jobs would let anothe
 them a second time. The options ``skip_lock_renewal`` and ``skip_stalled_check`` (BullMQ's) turn
 the renewer and the stalled checker off for the whole run (``_session``): the user's choice,
 outside this table.
+
+The closing deadline belongs to CLOSING: once the grace period is over, ``close()`` starts it
+(:meth:`Lifecycle.start_finish_deadline`), and every call of the worker that meets an outage
+(recording outcomes, handing jobs back, a scheduler's next iteration) asks
+:meth:`Lifecycle.finish_deadline_passed` whether to stop retrying. A running worker keeps
+trying while its locks are renewed.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
+
+#: Seconds ``close()`` keeps trying, after the grace period, to record outcomes and hand jobs
+#: back through a busy or unreachable Redis (the CLI's own stop deadline is 15 s later).
+FINISH_DEADLINE = 10.0
 
 
 class WorkerState(str, enum.Enum):
@@ -71,12 +82,13 @@ MOVES: dict[WorkerState, frozenset[WorkerState]] = {
 class Lifecycle:
     """The current state of one worker; refuses moves the table does not list."""
 
-    __slots__ = ("paused", "state")
+    __slots__ = ("_finish_by", "paused", "state")
 
     def __init__(self) -> None:
         self.state = WorkerState.NEW
         #: ``pause()``: no fetching, in any state, until ``resume()``
         self.paused = False
+        self._finish_by: float | None = None  # monotonic time; None: no deadline yet
 
     def move(self, to: WorkerState) -> None:
         """Move to ``to``.
@@ -109,3 +121,13 @@ class Lifecycle:
     def may_check_stalled(self) -> bool:
         """Whether the stalled check runs now."""
         return ALLOWS[self.state].check_stalled
+
+    def start_finish_deadline(self) -> None:
+        """From now on, calls meeting an outage give up after :data:`FINISH_DEADLINE`."""
+        self._finish_by = time.monotonic() + FINISH_DEADLINE
+
+    def finish_deadline_passed(self) -> bool:
+        """Whether a call meeting an outage should stop retrying: only once ``close()``
+        started the deadline and it has passed."""
+        finish_by = self._finish_by
+        return finish_by is not None and time.monotonic() > finish_by

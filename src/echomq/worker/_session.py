@@ -39,9 +39,9 @@ from ._cancel import CLOSING_REASON, ControlListener, request_cancel
 from ._execute import JobRunner, Status, blocking_job, log_outcome
 from ._fetch import MarkerWaiter
 from ._finisher import Finished, Finisher
-from ._handback import FINISH_DEADLINE, HandBack
+from ._handback import HandBack
 from ._hooks import Hooks
-from ._lifecycle import Lifecycle, WorkerState
+from ._lifecycle import FINISH_DEADLINE, Lifecycle, WorkerState
 from ._locks import LockRenewer, run_in_thread
 from ._outages import OutageLog, call_through_outages
 from ._pool import ProcessPool
@@ -120,7 +120,7 @@ class Session:
         self._connected = asyncio.Event()
         self._cut_grace = asyncio.Event()
         self.stopped = asyncio.Event()
-        self.hand_back = HandBack(keys, conn, self.held)
+        self.hand_back = HandBack(keys, conn, self.held, life.finish_deadline_passed)
         self.finisher = Finisher(self)
         self._executor = ProcessorThreads(options.concurrency, f"echomq-{keys.name}")
         self._batcher: Batcher | None = None
@@ -283,7 +283,7 @@ class Session:
 
     def give_up(self) -> bool:
         """Whether calls meeting an outage stop retrying (a closing worker past its deadline)."""
-        return self.hand_back.give_up()
+        return self.life.finish_deadline_passed()
 
     def _running_async(self) -> list[str]:
         """Jobs whose processor runs on the event loop now (for the watchdog)."""
@@ -650,7 +650,7 @@ class Session:
             self._fetch_task.cancel()
         await stop_tasks([self._stalled_task])
         await self._wait_grace()
-        self.hand_back.start_deadline()
+        self.life.start_finish_deadline()
         for run in self.runs.values():  # sync processors see job.cancelled
             run.cancel(CLOSING_REASON, requeue=True, by_close=True)
         finisher = self.finisher
