@@ -127,23 +127,31 @@ end
 
 -- group_settings, and how many of the group's jobs are active (read only when it has a
 -- concurrency, else 0).
-local function group_limits(g, gid)
+local function group_limits(g, gid, state)
   local concurrency, max_jobs, window, paused = group_settings(g, gid)
   local running = 0
   if concurrency then
-    running = math.floor((tonumber(redis.call("GET", group_run_key(g.prefix, gid))) or 0) / 2)
+    state = state or tonumber(redis.call("GET", group_run_key(g.prefix, gid))) or 0
+    running = math.floor(state / 2)
   end
   return concurrency, max_jobs, window, paused, running
 end
 
 -- Whether a group may be in the rotation: not paused, below its concurrency, its rate window
--- not known to be full.
-local function group_may_run(g, gid)
-  local concurrency, _, _, paused, running = group_limits(g, gid)
+-- not known to be full. `state` is its "groups:run:<gid>" when the caller holds it (read, or
+-- returned by the INCRBY that changed it), so that it is not read again.
+local function group_may_run(g, gid, state)
+  local concurrency, _, _, paused, running = group_limits(g, gid, state)
   if paused or (concurrency and running >= concurrency) then
     return false
   end
   return redis.call("ZSCORE", g.limited, gid) == false
+end
+
+-- group_may_run for a caller that knows the group is not in g.limited (it just took it out).
+local function group_open(g, gid, state)
+  local concurrency, _, _, paused, running = group_limits(g, gid, state)
+  return not (paused or (concurrency and running >= concurrency))
 end
 
 -- A group's "groups:run:<gid>" (0 when absent).
@@ -174,7 +182,7 @@ end
 -- Join the rotation if not in it and allowed to run (a busy group is in it: one HGET).
 local function group_wake(g, gid)
   local state = group_state(g, gid)
-  if not group_in_rotation(state) and group_may_run(g, gid) then
+  if not group_in_rotation(state) and group_may_run(g, gid, state) then
     group_join(g, gid, state)
   end
 end
@@ -315,7 +323,7 @@ local function group_release(g, gid, id, now, drop)
       end
       redis.call("ZREM", g.limited, gid)
     end
-    if group_may_run(g, gid) then
+    if group_may_run(g, gid, state) then
       group_join(g, gid, state)
     end
   elseif running <= 0 then

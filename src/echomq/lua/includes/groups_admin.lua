@@ -96,8 +96,8 @@ local function group_recheck(g, gid, now)
     end
     redis.call("ZREM", g.limited, gid)
   end
-  local state = group_state(g, gid)
-  if group_in_rotation(state) or not group_may_run(g, gid) then
+  local state = group_state(g, gid) -- not in g.limited now: group_open, not group_may_run
+  if group_in_rotation(state) or not group_open(g, gid, state) then
     return false
   end
   group_join(g, gid, state)
