@@ -170,6 +170,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "echomq._redis",
             "echomq._redis.wire",
+            "echomq._redis.client_settings",
             "echomq._redis.fail_fast",
             "echomq._redis.topology",
             "echomq._redis.urls",
