@@ -18,6 +18,7 @@ import asyncio
 import inspect
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -127,6 +128,32 @@ def snapshot_sync(r: redis.Redis, match: str | None = None) -> Snapshot:
             continue
         result[key] = (kind, _as_bytes(dumped))
     return result
+
+
+async def monitored(
+    redis_url: str, action: Callable[[], Awaitable[Any]], *, from_lua: bool
+) -> list[list[str]]:
+    """Run ``action`` under MONITOR; return the commands it caused, split into words.
+
+    ``from_lua`` selects the commands scripts ran, else those clients sent.
+    """
+    client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    sentinel = f"end-of-action-{uuid.uuid4().hex}"
+    commands: list[list[str]] = []
+    try:
+        async with client.monitor() as monitor:
+            await action()
+            await client.echo(sentinel)
+            while True:
+                info = await monitor.next_command()
+                words = str(info["command"]).split(" ")
+                if sentinel in words:
+                    break
+                if (info["client_type"] == "lua") == from_lua:
+                    commands.append(words)
+    finally:
+        await client.aclose()
+    return commands
 
 
 @overload

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +24,7 @@ from echomq import Backoff, JobOptions, KeepJobs, Queue
 from echomq import _ops as ops
 from echomq._keys import queue_keys
 from echomq.protocol.keys import QueueKeys
-from helpers import snapshot
+from helpers import monitored, snapshot
 
 P32 = 2**32
 
@@ -68,32 +67,6 @@ async def zset(r: Redis, key: str) -> list[tuple[str, float]]:
 
 async def lrange(r: Redis, key: str) -> list[str]:
     return [_s(v) for v in await r.lrange(key, 0, -1)]
-
-
-async def monitored(
-    redis_url: str, action: Callable[[], Awaitable[Any]], *, from_lua: bool
-) -> list[list[str]]:
-    """Run ``action`` under MONITOR; return the commands it caused, split into words.
-
-    ``from_lua`` selects the commands scripts ran, else those clients sent.
-    """
-    client = Redis.from_url(redis_url, decode_responses=True)
-    sentinel = f"end-of-action-{uuid.uuid4().hex}"
-    commands: list[list[str]] = []
-    try:
-        async with client.monitor() as monitor:
-            await action()
-            await client.echo(sentinel)
-            while True:
-                info = await monitor.next_command()
-                words = str(info["command"]).split(" ")
-                if sentinel in words:
-                    break
-                if (info["client_type"] == "lua") == from_lua:
-                    commands.append(words)
-    finally:
-        await client.aclose()
-    return commands
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from echomq import Backoff, Job, KeepJobs, Limiter, Worker
 from echomq._ops import scripts
 from echomq.worker import WorkerState
 from echomq.worker._session import Session
-from helpers import wait_for
+from helpers import monitored, wait_for
 
 FAST = {"drain_delay": 0.2, "stalled_interval": 5.0}
 
@@ -571,30 +571,24 @@ async def test_batch_finish_false_records_one_outcome_per_call(
         return 1
 
     client = Redis.from_url(redis_url, decode_responses=True)
-    watcher = Redis.from_url(redis_url, decode_responses=True)
-    sentinel = f"end-{queue_name}"
-    per_call: list[int] = []
+
+    async def drain() -> None:
+        async with Worker(
+            queue_name, held, connection=client, concurrency=n, batch_finish=batch_finish
+        ):
+            await wait_for(
+                lambda: _completed_all(client, queue_name, n),
+                timeout=10,
+                message="the jobs did not complete",
+            )
+
     try:
         await echomq.add_bulk(queue_name, [("j", {}) for _ in range(n)], connection=client)
-        async with watcher.monitor() as monitor:
-            async with Worker(
-                queue_name, held, connection=client, concurrency=n, batch_finish=batch_finish
-            ):
-                await wait_for(
-                    lambda: _completed_all(client, queue_name, n),
-                    timeout=10,
-                    message="the jobs did not complete",
-                )
-            await client.echo(sentinel)
-            while True:
-                info = await monitor.next_command()
-                words = str(info["command"]).split(" ")
-                if sentinel in words:
-                    break
-                if info["client_type"] != "lua" and words[:2] == ["EVALSHA", sha]:
-                    items = json.loads(words[3 + int(words[2]) + 1])
-                    if items:
-                        per_call.append(len(items))
+        per_call = [
+            len(items)
+            for words in await monitored(redis_url, drain, from_lua=False)
+            if words[:2] == ["EVALSHA", sha] and (items := json.loads(words[3 + int(words[2]) + 1]))
+        ]
         assert len(runs) == n and len(set(runs)) == n
         assert await client.zcard(f"bull:{queue_name}:completed") == n
         assert sum(per_call) == n, per_call
@@ -604,7 +598,6 @@ async def test_batch_finish_false_records_one_outcome_per_call(
             assert per_call == [1] * n, per_call
     finally:
         await client.aclose()
-        await watcher.aclose()
 
 
 async def _completed_all(client: Redis, queue: str, n: int) -> bool:
