@@ -171,11 +171,14 @@ class JobRunner:
             return await self._processor(job)
         if self._pool is not None:
             return await self._pool.run(job)
+        return await self.in_thread(self._processor, job)
+
+    def in_thread(self, fn: Callable[[Any], Any], job: Job) -> asyncio.Future[Any]:
+        """``fn(job's blocking twin)`` in the worker's threads, with the job's context copied
+        (a sync processor's call, and ``RunState.run_blocking``'s)."""
         loop = asyncio.get_running_loop()
-        ctx = contextvars.copy_context()
-        return await loop.run_in_executor(
-            self._executor, functools.partial(ctx.run, self._processor, blocking_job(job, loop))
-        )
+        call = functools.partial(contextvars.copy_context().run, fn, blocking_job(job, loop))
+        return loop.run_in_executor(self._executor, call)
 
     async def _call_within(self, job: Job, timeout: float) -> Any:
         """Call the processor with a deadline (see ``_timeouts``)."""

@@ -13,7 +13,6 @@ Recording outcomes is the :class:`~._finisher.Finisher`'s job, handing jobs back
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
 import time
@@ -36,7 +35,7 @@ from ..telemetry import Telemetry
 from ._backoff import BackoffStrategy
 from ._batches import Batcher
 from ._cancel import CLOSING_REASON, ControlListener, request_cancel
-from ._execute import JobRunner, Status, blocking_job, log_outcome
+from ._execute import JobRunner, Status, log_outcome
 from ._fetch import MarkerWaiter
 from ._finisher import Finished, Finisher
 from ._handback import HandBack
@@ -603,11 +602,7 @@ class Session:
     async def _run_blocking(self, fn: Callable[[Any], Any], job: Job) -> Any:
         """``fn(job's blocking twin)`` in the worker's processor threads, tracked as a sync
         processor's call is (``RunState.run_blocking``)."""
-        loop = asyncio.get_running_loop()
-        call = functools.partial(
-            contextvars.copy_context().run, self._threads.wrap(fn), blocking_job(job, loop)
-        )
-        return await loop.run_in_executor(self._executor, call)
+        return await self.runner.in_thread(self._threads.wrap(fn), job)
 
     async def rate_limited(self, job: Job, token: str) -> None:
         """The processor raised RateLimitError: put the job back and hold off fetching for as
